@@ -1,0 +1,3 @@
+from cudagent.cli import main
+
+main()

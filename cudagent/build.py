@@ -1,0 +1,293 @@
+"""Incremental build of a workspace's extension module `cuda_extension`.
+
+cudagent writes its own `build/build.ninja` (with the flags torch.utils.cpp_extension would use) instead of
+calling `cpp_extension.load`, for two reasons: `load` imports the module it builds, and the trusted process must
+never load candidate code; and ninja then sees every source with paths relative to the build directory, so only
+changed sources recompile, the workspace can move, and nothing is ever wiped.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import re
+import shlex
+import shutil
+import sys
+import sysconfig
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cudagent.errors import EnvironmentProblem
+from cudagent.hardware import DeviceInfo
+from cudagent.procs import run_bounded
+from cudagent.workspace import EXTENSION_NAME, Workspace
+
+DEFAULT_BUILD_TIMEOUT_S = 600.0
+# The flags torch's own extension builds pass to nvcc; kept so kernels written for the CUDA Agent environment
+# (which builds through cpp_extension.load) compile the same way here.
+TORCH_NVCC_FLAGS = (
+    "-D__CUDA_NO_HALF_OPERATORS__",
+    "-D__CUDA_NO_HALF_CONVERSIONS__",
+    "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
+    "-D__CUDA_NO_HALF2_OPERATORS__",
+    "--expt-relaxed-constexpr",
+)
+MAX_ERROR_LINES = 60
+
+
+@dataclass
+class BuildResult:
+    ok: bool
+    seconds: float
+    library: Path | None = None
+    recompiled: list[str] = field(default_factory=list)
+    errors: str = ""  # what the agent reads: first errors first, file:line, paths relative to the workspace
+    log: str = ""  # the whole (bounded) compiler output
+    timed_out: bool = False
+    restored: list[str] = field(default_factory=list)  # fixed files that had been changed and were restored
+
+    def to_dict(self) -> dict:
+        return {
+            "ok": self.ok,
+            "seconds": round(self.seconds, 3),
+            "library": str(self.library) if self.library else None,
+            "recompiled": self.recompiled,
+            "errors": self.errors,
+            "timed_out": self.timed_out,
+            "restored": self.restored,
+        }
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    cuda: bool
+    cxx: str
+    nvcc: str | None
+    arch: str | None
+    cuda_home: str | None
+    include_dirs: tuple[str, ...]
+    library_dirs: tuple[str, ...]
+
+
+@functools.lru_cache(maxsize=None)
+def toolchain_for(device: DeviceInfo) -> Toolchain:
+    """Find the compilers and paths for this device; a missing compiler is an environment problem."""
+    from torch.utils import cpp_extension
+
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    if not cxx:
+        raise EnvironmentProblem("no C++ compiler found (c++ or g++ on PATH, or CXX); install g++ to build kernels")
+    includes = list(cpp_extension.include_paths())
+    libs = list(cpp_extension.library_paths())
+    python_include = sysconfig.get_path("include", scheme="posix_prefix")
+    if python_include:
+        includes.append(python_include)
+    if not device.is_cuda:
+        return Toolchain(False, cxx, None, None, None, tuple(includes), tuple(libs))
+    cuda_home = cpp_extension.CUDA_HOME
+    nvcc = os.path.join(cuda_home, "bin", "nvcc") if cuda_home else shutil.which("nvcc")
+    if not nvcc or not os.path.exists(nvcc):
+        raise EnvironmentProblem(
+            "nvcc was not found (set CUDA_HOME to the CUDA toolkit, or put nvcc on PATH) and CUDA kernels cannot build"
+        )
+    cuda_home = cuda_home or str(Path(nvcc).resolve().parent.parent)
+    includes.append(os.path.join(cuda_home, "include"))
+    lib64 = os.path.join(cuda_home, "lib64")
+    libs.append(lib64 if os.path.isdir(lib64) else os.path.join(cuda_home, "lib"))
+    return Toolchain(True, cxx, nvcc, device.arch, cuda_home, tuple(includes), tuple(libs))
+
+
+def build_workspace(ws: Workspace, device: DeviceInfo, timeout_s: float = DEFAULT_BUILD_TIMEOUT_S) -> BuildResult:
+    """Build `build/cuda_extension.so` from binding.cpp and kernels/ (CPU mode: the .cpp sources only)."""
+    start = time.monotonic()
+    restored = ws.ensure_infrastructure()
+    tc = toolchain_for(device)
+    ws.build_dir.mkdir(parents=True, exist_ok=True)
+    sources = ws.compiled_sources(cuda=tc.cuda)
+    _write_if_changed(ws.build_dir / "build.ninja", _ninja_file(ws, tc, sources))
+    ninja = _ninja_binary()
+    env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
+    jobs = str(max(1, min(len(sources), os.cpu_count() or 1)))
+    proc = run_bounded([ninja, "-C", str(ws.build_dir), "-j", jobs], env=env, timeout_s=timeout_s)
+    seconds = time.monotonic() - start
+    output = proc.output
+    recompiled = re.findall(r"^\[\d+/\d+\] (?:CXX|NVCC) (\S+)", output, flags=re.M)
+    recompiled = [_relative(s, ws) for s in recompiled]
+    library = ws.build_dir / f"{EXTENSION_NAME}.so"
+    if proc.timed_out:
+        return BuildResult(
+            False, seconds, None, recompiled, f"the build ran past its {timeout_s:.0f} s limit and was stopped",
+            output, timed_out=True, restored=restored,
+        )
+    if proc.returncode != 0 or not library.is_file():
+        return BuildResult(False, seconds, None, recompiled, summarize_compiler_output(output, ws), output,
+                           restored=restored)
+    return BuildResult(True, seconds, library, recompiled, "", output, restored=restored)
+
+
+def _ninja_binary() -> str:
+    found = shutil.which("ninja")
+    if found:
+        return found
+    try:
+        import ninja  # the PyPI package ships the binary
+
+        return os.path.join(ninja.BIN_DIR, "ninja")
+    except ImportError as exc:
+        raise EnvironmentProblem("ninja was not found; install it with `pip install ninja`") from exc
+
+
+def _ninja_file(ws: Workspace, tc: Toolchain, sources: list[Path]) -> str:
+    import torch
+
+    abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", 1))
+    defines = [f"-DTORCH_EXTENSION_NAME={EXTENSION_NAME}", "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
+    # `..` is the workspace root seen from build/: kernels may include "binding_registry.h" or "../binding_registry.h".
+    includes = ["-I.."] + [f"-isystem {shlex.quote(d)}" for d in tc.include_dirs]
+    uses = _libraries_used(sources)
+    extra_inc, extra_ld = _cudnn_flags() if (tc.cuda and "cudnn" in uses) else ([], [])
+    cflags = defines + includes + extra_inc + ["-fPIC", "-std=c++20", "-O3", "-fopenmp"]
+    ldflags = ["-shared", "-fopenmp"] + [f"-L{shlex.quote(d)}" for d in tc.library_dirs]
+    ldflags += ["-lc10", "-ltorch_cpu", "-ltorch", "-ltorch_python"]
+    ldflags += [f"-Wl,-rpath,{shlex.quote(d)}" for d in tc.library_dirs]
+    lines = [
+        "ninja_required_version = 1.3",
+        f"cxx = {shlex.quote(tc.cxx)}",
+        f"cflags = {' '.join(cflags)}",
+        "rule cxx",
+        "  command = $cxx -MMD -MF $out.d $cflags -c $in -o $out",
+        "  depfile = $out.d",
+        "  deps = gcc",
+        "  description = CXX $in",
+    ]
+    if tc.cuda:
+        nvcc_flags = defines + includes + extra_inc + list(TORCH_NVCC_FLAGS)
+        nvcc_flags += [f"-gencode=arch=compute_{tc.arch[3:]},code={tc.arch}"]
+        nvcc_flags += ["--compiler-options", "'-fPIC'", "-O3", "--use_fast_math", "-lineinfo", "-std=c++20"]
+        ldflags += ["-lc10_cuda", "-ltorch_cuda", "-lcudart", "-lcublas", "-lcublasLt"] + extra_ld
+        lines += [
+            f"nvcc = {shlex.quote(tc.nvcc)}",
+            f"nvcc_flags = {' '.join(nvcc_flags)}",
+            "rule nvcc",
+            "  command = $nvcc --generate-dependencies-with-compile --dependency-output $out.d $nvcc_flags -c $in -o $out",
+            "  depfile = $out.d",
+            "  deps = gcc",
+            "  description = NVCC $in",
+        ]
+    lines += [
+        f"ldflags = {' '.join(ldflags)}",
+        "rule link",
+        "  command = $cxx $in $ldflags -o $out",
+        "  description = LINK $out",
+    ]
+    objects = []
+    for src in sources:
+        rel = os.path.relpath(src, ws.build_dir)
+        obj = "obj/" + os.path.relpath(src, ws.root).replace(os.sep, "__") + ".o"
+        rule = "nvcc" if src.suffix == ".cu" else "cxx"
+        lines.append(f"build {obj}: {rule} {_ninja_escape(rel)}")
+        objects.append(obj)
+    lines.append(f"build {EXTENSION_NAME}.so: link {' '.join(objects)}")
+    lines.append(f"default {EXTENSION_NAME}.so")
+    return "\n".join(lines) + "\n"
+
+
+def _ninja_escape(path: str) -> str:
+    return path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
+
+
+def _libraries_used(sources: list[Path]) -> set[str]:
+    used = set()
+    for src in sources:
+        try:
+            text = src.read_text(errors="replace")
+        except OSError:
+            continue
+        if "cudnn" in text:
+            used.add("cudnn")
+    return used
+
+
+@functools.lru_cache(maxsize=None)
+def _cudnn_flags() -> tuple[list[str], list[str]]:
+    """cuDNN ships with torch's CUDA wheels (nvidia/cudnn) or with the toolkit; find its header and library."""
+    roots = [os.path.join(p, "nvidia", "cudnn") for p in sys.path if p and os.path.isdir(os.path.join(p, "nvidia"))]
+    roots += ["/usr/local/cuda", "/usr"]
+    for root in roots:
+        header = glob.glob(os.path.join(root, "include", "cudnn.h")) or glob.glob(
+            os.path.join(root, "include", "*", "cudnn.h")
+        )
+        libs = sorted(glob.glob(os.path.join(root, "lib*", "libcudnn.so*")) + glob.glob(
+            os.path.join(root, "lib", "*", "libcudnn.so*")))
+        if header and libs:
+            lib = libs[0]
+            return (
+                [f"-isystem {shlex.quote(os.path.dirname(header[0]))}"],
+                [f"-L{shlex.quote(os.path.dirname(lib))}", f"-l:{os.path.basename(lib)}",
+                 f"-Wl,-rpath,{shlex.quote(os.path.dirname(lib))}"],
+            )
+    return [], ["-lcudnn"]
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    if path.is_file() and path.read_text() == text:
+        return
+    path.write_text(text)
+
+
+def _relative(path: str, ws: Workspace) -> str:
+    full = os.path.normpath(os.path.join(ws.build_dir, path))
+    try:
+        return os.path.relpath(full, ws.root)
+    except ValueError:
+        return path
+
+
+# ----- compiler output for the agent ----------------------------------------------------------------------------
+
+_GCC_DIAG = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:\d+:)? (?P<kind>fatal error|error|warning|note): ")
+_NVCC_DIAG = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?P<kind>error|warning|catastrophic error)")
+_LINK_DIAG = re.compile(r"(undefined reference to|multiple definition of|cannot find -l|ld returned)")
+
+
+def summarize_compiler_output(output: str, ws: Workspace) -> str:
+    """Cut a compiler log to what matters: the errors, first ones first, as `file:line`, relative to the workspace.
+
+    Each error keeps the few lines under it (gcc's source excerpt and caret); warnings and notes are dropped
+    unless nothing else explains the failure; ninja's echo of compiler command lines is dropped.
+    """
+    root_prefixes = [str(ws.root) + os.sep, str(ws.build_dir) + os.sep + ".." + os.sep, ".." + os.sep]
+    picked: list[str] = []
+    lines = output.splitlines()
+    i = 0
+    while i < len(lines) and len(picked) < MAX_ERROR_LINES:
+        line = lines[i]
+        m = _GCC_DIAG.match(line) or _NVCC_DIAG.match(line)
+        if (m and "error" in m.group("kind")) or _LINK_DIAG.search(line):
+            picked.append(_strip_prefixes(line, root_prefixes))
+            j = i + 1
+            while j < len(lines) and j <= i + 3 and not (_GCC_DIAG.match(lines[j]) or _NVCC_DIAG.match(lines[j])):
+                if lines[j].startswith(("FAILED:", "ninja:", "[")):
+                    break
+                picked.append(_strip_prefixes(lines[j], root_prefixes))
+                j += 1
+            i = j
+            continue
+        i += 1
+    if not picked:
+        tail = [ln for ln in lines if not ln.startswith(("[", "FAILED:"))][-30:]
+        picked = [_strip_prefixes(ln, root_prefixes) for ln in tail]
+    text = "\n".join(picked)
+    n_errors = sum(1 for ln in lines if (_GCC_DIAG.match(ln) or _NVCC_DIAG.match(ln)) and "error" in ln)
+    if n_errors > 0:
+        text = f"{n_errors} compiler error(s); the first ones:\n" + text
+    return text[:8000]
+
+
+def _strip_prefixes(line: str, prefixes: list[str]) -> str:
+    for p in prefixes:
+        line = line.replace(p, "")
+    return line

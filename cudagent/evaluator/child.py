@@ -1,0 +1,273 @@
+"""The child process: the only place candidate code runs, and where baselines are timed.
+
+    python -m cudagent.evaluator.child --fd N --role candidate|reference
+
+The parent spawns it with a sanitized environment, its own process group and a private working directory, and
+talks to it over the socket `N` (wire.py). The child never sees the reference's outputs: it runs what it is asked
+to, reports what it observed, and the parent judges. Role `reference` loads only the task, from text the parent
+sends, and never imports candidate code; it times the eager and compiled baselines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import socket
+import sys
+import threading
+import traceback
+
+import torch
+
+from cudagent.evaluator import runtime_audit as audit
+from cudagent.evaluator.measure import Plan, measure
+from cudagent.evaluator.wire import Channel, ChannelClosed
+
+
+class Fatal(Exception):
+    """The process cannot continue (a sticky CUDA error); reported, then the child exits."""
+
+
+def _trace(exc: BaseException, limit: int = 4000) -> str:
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return text[-limit:]
+
+
+def _to(obj, device):
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to(o, device) for o in obj)
+    return obj
+
+
+def _tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from _tensors(o)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            yield from _tensors(o)
+
+
+class Harness:
+    def __init__(self, channel: Channel):
+        self.ch = channel
+        self.device = torch.device("cpu")
+        self.model = None
+        self.inputs: list | None = None  # the buffers of the last call, kept for in-place mutation trials
+        self.last_outputs = None  # kept alive so the allocator cannot legitimately hand their memory out again
+        self.timing_sets: list[list] = []
+
+    # ----- dispatch ----------------------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        self.ch.send({"op": "hello", "pid": os.getpid(), "torch": torch.__version__})
+        while True:
+            try:
+                msg = self.ch.recv(max_bytes=1 << 42)  # the parent is trusted: no limit
+            except ChannelClosed:
+                return
+            op = msg.get("op")
+            if op == "exit":
+                self.ch.send({"ok": True})
+                return
+            handler = getattr(self, f"op_{op}", None)
+            try:
+                if handler is None:
+                    raise ValueError(f"unknown op {op!r}")
+                reply = handler(msg)
+                reply.setdefault("ok", True)
+            except Fatal as exc:
+                self.ch.send({"ok": False, "fatal": True, "error": str(exc), "stage": op})
+                return
+            except Exception as exc:
+                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": _trace(exc), "stage": op}
+            self.ch.send(reply)
+
+    def _use_device(self, name: str) -> None:
+        self.device = torch.device(name)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+
+    def _sync(self) -> None:
+        if self.device.type != "cuda":
+            return
+        try:
+            torch.cuda.synchronize()
+        except RuntimeError as exc:  # sticky errors (illegal address, ...) poison the context: nothing more can run
+            raise Fatal(f"CUDA error after the candidate's call: {str(exc).splitlines()[0]}") from exc
+
+    # ----- the candidate ---------------------------------------------------------------------------------------
+
+    def op_load(self, msg: dict) -> dict:
+        """Import model_new.py, build ModelNew(*init_inputs), load the reference state_dict (strict)."""
+        self._use_device(msg["device"])
+        roots = [r for r in (msg.get("build_dir"), msg.get("extensions_dir")) if r]
+        if msg.get("build_dir"):
+            sys.path.insert(0, msg["build_dir"])
+        spec = importlib.util.spec_from_file_location("model_new", msg["model_new"])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["model_new"] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException as exc:  # SystemExit from candidate code too
+            return {"ok": False, "stage": "import", "error": f"{type(exc).__name__}: {exc}", "trace": _trace(exc)}
+        if msg.get("import_only"):
+            return {"libraries": audit.own_libraries(roots)}
+        cls = getattr(module, "ModelNew", None)
+        if not isinstance(cls, type):
+            return {"ok": False, "stage": "init", "error": "model_new.py defines no class ModelNew"}
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(int(msg.get("seed", 0)))
+                model = cls(*msg["init_inputs"])
+            model = model.to(self.device).eval()
+        except BaseException as exc:
+            return {"ok": False, "stage": "init", "error": f"{type(exc).__name__}: {exc}", "trace": _trace(exc)}
+        self.model = model
+        reply = self.op_load_state(msg)
+        if not reply.get("ok", True):
+            return reply
+        libraries = audit.own_libraries(roots)
+        symbols = audit.library_symbols(libraries) if libraries else (set(), set())
+        reply = {"libraries": libraries, "symbols_known": symbols is not None}
+        if symbols is not None:
+            reply["defined"] = sorted(symbols[0])
+            reply["imported"] = sorted(s for s in symbols[1] if s.startswith(("cublas", "cudnn")))
+        reply["reference_imported"] = "model" in sys.modules
+        return reply
+
+    def op_load_state(self, msg: dict) -> dict:
+        try:
+            self.model.load_state_dict(msg["state_dict"], strict=True)
+        except BaseException as exc:
+            return {"ok": False, "stage": "load_state_dict", "error": f"{type(exc).__name__}: {exc}"}
+        self._sync()
+        return {}
+
+    def op_call(self, msg: dict) -> dict:
+        """One audited forward call; the parent compares the outputs it gets back."""
+        if msg.get("reuse"):
+            with torch.no_grad():
+                for buf, new in zip(self.inputs, msg["inputs"]):
+                    buf.copy_(new)  # same buffers, new contents
+        else:
+            self.inputs = [_to(x, self.device) for x in msg["inputs"]]
+        inputs = self.inputs
+        before = [x.detach().clone() for x in inputs]
+        audit.poison_free_memory(list(msg.get("poison_nbytes", [])), self.device)
+        self._sync()
+        recorder = audit.OpRecorder()
+        kernels, caller_stream = None, None
+
+        def forward():
+            with torch.no_grad(), recorder:
+                return self.model(*inputs)
+
+        try:
+            if msg.get("observe_kernels") and self.device.type == "cuda":
+                out, kernels, caller_stream = audit.observe_kernels(forward, self.device)
+            else:
+                out = forward()
+        except Fatal:
+            raise
+        except BaseException as exc:
+            self._sync()
+            return {"ok": False, "stage": "forward", "error": f"{type(exc).__name__}: {exc}", "trace": _trace(exc),
+                    "disallowed_ops": dict(recorder.disallowed)}
+        self._sync()
+        launch_error = audit.cuda_last_error() if self.device.type == "cuda" else None
+        reply = {
+            "outputs": out,
+            "ops": dict(recorder.counter),
+            "disallowed_ops": dict(recorder.disallowed),
+            "kernels": kernels,
+            "caller_stream": caller_stream,
+            "launch_error": launch_error,
+            "aliasing": self._aliasing(out),
+            "mutated_inputs": [i for i, (a, b) in enumerate(zip(before, inputs)) if not _bitwise_equal(a, b)],
+            "python_threads": threading.active_count(),
+            "reference_imported": "model" in sys.modules,
+        }
+        self.last_outputs = out
+        return reply
+
+    def _aliasing(self, out) -> list[str]:
+        found = []
+        outs = [t for t in _tensors(out) if type(t) is torch.Tensor]
+        inputs = [audit.storage_span(x) for x in self.inputs]
+        params = [audit.storage_span(p) for p in list(self.model.parameters()) + list(self.model.buffers())]
+        previous = [audit.storage_span(t) for t in _tensors(self.last_outputs) if type(t) is torch.Tensor]
+        for i, t in enumerate(outs):
+            span = audit.storage_span(t)
+            if any(audit.overlaps(span, s) for s in inputs):
+                found.append(f"output {i} shares memory with an input")
+            if any(audit.overlaps(span, s) for s in params):
+                found.append(f"output {i} shares memory with a parameter or buffer of ModelNew")
+            if any(audit.overlaps(span, s) for s in previous):
+                found.append(f"output {i} shares memory with the previous call's output")
+        return found
+
+    def op_time(self, msg: dict) -> dict:
+        """Time the candidate over input sets the parent sent (rotated); keep some outputs for re-checking."""
+        if msg.get("inputs") is not None:
+            self.timing_sets = [[_to(x, self.device) for x in s] for s in msg["inputs"]]
+        sets = self.timing_sets
+        model = self.model
+        result = measure(lambda k: model(*sets[k]), len(sets), self.device, Plan.from_dict(msg["plan"]))
+        self._sync()
+        kept = {str(i): {"set": k, "outputs": o} for i, (k, o) in result.pop("kept").items()}
+        return {"ms": result["ms"], "wall_ms": result["wall_ms"], "kept": kept}
+
+    # ----- the reference (baseline worker) ---------------------------------------------------------------------
+
+    def op_load_reference(self, msg: dict) -> dict:
+        from cudagent.task import Task
+
+        self._use_device(msg["device"])
+        task = Task(name=msg["name"], source=msg["source"])
+        model = task.build_model(seed=int(msg["seed"]), device=msg["device"])
+        if msg.get("compile_mode"):
+            mode = None if msg["compile_mode"] == "default" else msg["compile_mode"]
+            model = torch.compile(model, mode=mode)
+        self.model, self.task = model, task
+        return {}
+
+    def op_reference_sets(self, msg: dict) -> dict:
+        self.timing_sets = [self.task.make_inputs(int(s), msg["device"]) for s in msg["seeds"]]
+        return {}
+
+
+def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="cudagent.evaluator.child")
+    parser.add_argument("--fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    sock = socket.socket(fileno=args.fd)
+    channel = Channel(sock)
+    status = 0
+    try:
+        Harness(channel).serve()
+    except BaseException:  # a fault of the harness itself (or of candidate code it could not contain): say so
+        traceback.print_exc()
+        status = 70
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    # Skip interpreter teardown: candidate objects' destructors and atexit hooks get no chance to run.
+    os._exit(status)
+
+
+if __name__ == "__main__":
+    main()

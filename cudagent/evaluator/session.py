@@ -1,0 +1,167 @@
+"""The trusted parent's handle on a child process (child.py).
+
+Each child starts with a sanitized environment (no API keys, no PYTHONPATH of the user's), in its own session and
+process group, in a private temporary directory, with stdout and stderr drained into a bounded buffer that nobody
+parses for verdicts. A request that outlives its timeout kills the whole group; a child that dies mid-request is
+reported with its exit status or signal.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from cudagent.evaluator.wire import DEFAULT_MAX_FRAME, Channel, ChannelClosed, ChannelTimeout, FrameTooLarge
+from cudagent.procs import BoundedOutput, drain, kill_group
+from cudagent.resources import PACKAGE_DIR
+
+PASS_THROUGH_ENV = (
+    "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES",
+    "CXX", "CC", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TRITON_PTXAS_PATH", "NVIDIA_VISIBLE_DEVICES",
+)
+DEFAULT_START_TIMEOUT_S = 180.0
+
+
+class ChildFailure(Exception):
+    """The child died, hung or misbehaved; `code` is the violation code to report."""
+
+    def __init__(self, code: str, message: str, output: str = ""):
+        super().__init__(message)
+        self.code, self.message, self.output = code, message, output
+
+
+def child_env(home: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: os.environ[k] for k in PASS_THROUGH_ENV if k in os.environ}
+    env.update(
+        HOME=home,
+        PYTHONPATH=str(PACKAGE_DIR.parent),
+        PYTHONNOUSERSITE="1",
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONUNBUFFERED="1",
+    )
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.update(extra or {})
+    return env
+
+
+class ChildProcess:
+    def __init__(self, *, extra_env: dict[str, str] | None = None, start_timeout_s: float = DEFAULT_START_TIMEOUT_S):
+        self.extra_env = extra_env or {}
+        self.start_timeout_s = start_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.channel: Channel | None = None
+        self.output = BoundedOutput(head=16 * 1024, tail=48 * 1024)
+        self.home: str | None = None
+
+    def __enter__(self) -> ChildProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> None:
+        self.home = tempfile.mkdtemp(prefix="cudagent-child-")
+        ours, theirs = socket.socketpair()
+        cmd = [sys.executable, "-s", "-m", "cudagent.evaluator.child", "--fd", str(theirs.fileno())]
+        self.proc = subprocess.Popen(
+            cmd,
+            pass_fds=(theirs.fileno(),),
+            env=child_env(self.home, self.extra_env),
+            cwd=self.home,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        theirs.close()
+        self._reader = drain(self.proc.stdout, self.output)
+        self.channel = Channel(ours)
+        hello = self._receive(self.start_timeout_s, DEFAULT_MAX_FRAME, "starting")
+        if hello.get("op") != "hello":
+            raise ChildFailure("CRASHED", "the evaluation process did not start properly", self.output.text())
+
+    def request(self, msg: dict, timeout_s: float, max_bytes: int = DEFAULT_MAX_FRAME, what: str = "") -> dict:
+        try:
+            self.channel.send(msg)
+        except OSError:
+            raise self._death(what or msg.get("op", "")) from None
+        return self._receive(timeout_s, max_bytes, what or msg.get("op", ""))
+
+    def _receive(self, timeout_s: float, max_bytes: int, what: str) -> dict:
+        try:
+            reply = self.channel.recv(timeout=timeout_s, max_bytes=max_bytes)
+        except ChannelTimeout:
+            self.kill()
+            raise ChildFailure("TIMEOUT", f"{what} did not finish within {timeout_s:.0f} s; the process was killed",
+                               self.output.text()) from None
+        except ChannelClosed:
+            raise self._death(what) from None
+        except (FrameTooLarge, ValueError) as exc:
+            self.kill()
+            raise ChildFailure("CRASHED", f"{what}: the process sent an unusable message ({exc})",
+                               self.output.text()) from None
+        if not isinstance(reply, dict):
+            self.kill()
+            raise ChildFailure("CRASHED", f"{what}: the process sent an unusable message", self.output.text())
+        return reply
+
+    def _death(self, what: str) -> ChildFailure:
+        try:
+            code = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = None
+        self._reader.join(timeout=2)
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            detail = {"SIGSEGV": " (segmentation fault)", "SIGABRT": " (abort)", "SIGKILL": " (killed: out of memory?)",
+                      "SIGBUS": " (bus error)", "SIGFPE": " (arithmetic error)"}.get(name, "")
+            return ChildFailure("CRASHED", f"the candidate's process died of {name}{detail} during {what}",
+                                self.output.text())
+        if code == 0:
+            return ChildFailure("NO_RESULT", f"the candidate's process exited (status 0) during {what} without "
+                                "sending its result; printed output is never read as a result", self.output.text())
+        return ChildFailure("CRASHED", f"the candidate's process exited with status {code} during {what}",
+                            self.output.text())
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            kill_group(self.proc)
+            self.proc.wait()
+
+    def close(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                try:
+                    self.channel.send({"op": "exit"})
+                    self.channel.recv(timeout=10)
+                except Exception:
+                    pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            # Whatever the child started in its group goes with it.
+            kill_group(self.proc)
+            self.proc.wait()
+            if self.proc.stdout:
+                self.proc.stdout.close()
+        if self.channel is not None:
+            self.channel.close()
+        if self.home:
+            shutil.rmtree(self.home, ignore_errors=True)
+            self.home = None
+
+    def output_tail(self, limit: int = 4000) -> str:
+        return self.output.text()[-limit:]
+

@@ -1,0 +1,159 @@
+"""The evaluator's answer: a Verdict, with its trials, violations, timings and reward tier."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from cudagent.evaluator.codes import CODES
+
+TIER_MARGIN = 0.05
+
+
+@dataclass(frozen=True)
+class Violation:
+    code: str
+    message: str
+
+    def __post_init__(self):
+        if self.code not in CODES:
+            raise ValueError(f"unknown violation code {self.code}")
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "message": self.message}
+
+
+@dataclass
+class Trial:
+    name: str
+    passed: bool
+    max_abs_error: float | None = None
+    # max over elements of |got - expected| / (atol + rtol * |expected|): above 1 fails.
+    worst_tolerance_ratio: float | None = None
+    message: str | None = None
+
+
+@dataclass
+class TimeStats:
+    median: float
+    p10: float
+    p90: float
+    mean: float
+    samples: int
+
+    @classmethod
+    def of(cls, values: list[float]) -> TimeStats:
+        xs = sorted(values)
+        n = len(xs)
+
+        def q(p: float) -> float:
+            return xs[min(n - 1, max(0, round(p * (n - 1))))]
+
+        return cls(median=_median(xs), p10=q(0.1), p90=q(0.9), mean=sum(xs) / n, samples=n)
+
+
+def _median(xs: list[float]) -> float:
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def reward_tier(correct: bool, candidate: float | None, eager: float | None, compiled: float | None,
+                margin: float = TIER_MARGIN) -> int:
+    """The CUDA Agent reward: -1 incorrect; 1 correct; 2 faster than eager; 3 at least `margin` faster than both.
+
+    "x faster" means a speedup (baseline time over candidate time) of at least 1 + x.
+
+    >>> reward_tier(False, 1.0, 2.0, 2.0)
+    -1
+    >>> reward_tier(True, None, 2.0, 2.0)
+    1
+    >>> reward_tier(True, 1.0, 0.9, 0.8)
+    1
+    >>> reward_tier(True, 1.0, 1.02, 0.9)
+    2
+    >>> reward_tier(True, 1.0, 1.2, 1.04)
+    2
+    >>> reward_tier(True, 1.0, 1.2, 1.06)
+    3
+    """
+    if not correct:
+        return -1
+    if candidate is None or eager is None or candidate <= 0:
+        return 1
+    vs_eager = eager / candidate
+    vs_compile = compiled / candidate if compiled is not None else None
+    if vs_compile is not None and vs_eager >= 1 + margin and vs_compile >= 1 + margin:
+        return 3
+    if vs_eager > 1:
+        return 2
+    return 1
+
+
+@dataclass
+class Verdict:
+    correct: bool = False
+    tier: int = -1
+    violations: list[Violation] = field(default_factory=list)
+    error: str | None = None
+    max_abs_error: float | None = None
+    time_ms: dict = field(default_factory=lambda: {"eager": None, "compile": None, "candidate": None})
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    trials: list[Trial] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)  # facts worth reporting that are not violations
+    task: dict = field(default_factory=dict)
+    device: dict = field(default_factory=dict)
+    candidate_format: str | None = None
+    build: dict | None = None
+    seconds: dict = field(default_factory=dict)  # time spent per phase
+    timing: dict | None = None  # the profiler's detail (per-target statistics, roofline, kernel breakdown)
+
+    def reject(self, code: str, message: str) -> None:
+        self.violations.append(Violation(code, message))
+        self.correct = False
+        if self.error is None:
+            self.error = message
+
+    @property
+    def codes(self) -> list[str]:
+        return [v.code for v in self.violations]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["violations"] = [v.to_dict() for v in self.violations]
+        return d
+
+    def set_times(self, eager: float | None, compiled: float | None, candidate: float | None,
+                  margin: float = TIER_MARGIN) -> None:
+        self.time_ms = {"eager": eager, "compile": compiled, "candidate": candidate}
+        if candidate and candidate > 0:
+            self.speedup_vs_eager = eager / candidate if eager else None
+            self.speedup_vs_compile = compiled / candidate if compiled else None
+        self.tier = reward_tier(self.correct, candidate, eager, compiled, margin)
+
+    def summary(self) -> str:
+        """A few lines for a person or an agent: the verdict, why, and what to do."""
+        if not self.correct:
+            lines = ["REJECTED (tier -1)"]
+            for v in self.violations[:8]:
+                lines.append(f"  [{v.code}] {v.message}")
+            if len(self.violations) > 8:
+                lines.append(f"  ... and {len(self.violations) - 8} more violations")
+            return "\n".join(lines)
+        t = self.time_ms
+        lines = [f"CORRECT (tier {self.tier}), max abs error {_fmt(self.max_abs_error)}"]
+        if t.get("candidate") is not None:
+            lines.append(
+                f"  time: candidate {_fmt(t['candidate'])} ms, eager {_fmt(t['eager'])} ms, "
+                f"compile {_fmt(t['compile'])} ms; speedup vs eager {_fmt(self.speedup_vs_eager)}x, "
+                f"vs compile {_fmt(self.speedup_vs_compile)}x"
+            )
+        for f in self.flags:
+            lines.append(f"  note: {f}")
+        return "\n".join(lines)
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:.4g}"

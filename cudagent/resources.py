@@ -1,0 +1,41 @@
+"""Where files that ship with cudagent live: in the wheel (`cudagent/_data`) or, in a source checkout, at the
+repository's top level."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def _data_dir(name: str) -> Path:
+    installed = PACKAGE_DIR / "_data" / name
+    if installed.is_dir():
+        return installed
+    checkout = PACKAGE_DIR.parent / name
+    if checkout.is_dir():
+        return checkout
+    raise FileNotFoundError(f"cudagent's {name}/ directory is missing from the installation ({installed})")
+
+
+def skills_dir() -> Path:
+    return _data_dir("skills")
+
+
+def prompts_dir() -> Path:
+    return _data_dir("prompts")
+
+
+def infra_dir() -> Path:
+    return PACKAGE_DIR / "infra"
+
+
+def cache_dir() -> Path:
+    """Per-user cache (staged candidates, baseline timings, device peaks); CUDAGENT_CACHE_DIR overrides it."""
+    root = os.environ.get("CUDAGENT_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cudagent"
+    )
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,13 @@
+#include <torch/types.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "../binding_registry.h"
+
+#include <ATen/NativeFunctions.h>
+
+static torch::Tensor vadd(torch::Tensor a, torch::Tensor b, double alpha) {
+    return at::native::add(b, a, alpha);
+}
+
+static void register_vadd(pybind11::module& m) { m.def("vadd", &vadd); }
+REGISTER_BINDING(vadd, register_vadd);

@@ -1,0 +1,8 @@
+import torch.nn as nn
+
+import cuda_extension
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return cuda_extension.row_mean_strided(x, 8)

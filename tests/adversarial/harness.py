@@ -1,0 +1,119 @@
+"""Runs the adversarial cases: each case directory holds a candidate and case.json saying what must happen.
+
+case.json: task (a file in tasks/), kernels ("common": the shared kernels/<device> library; "own": the case's
+kernels/ or kernels_<device>/; "from:<case>": another case's; "none"), devices (default both), expect (codes that
+must all be reported), expect_any (one of them must be), control (must be accepted), flags (must be reported),
+static_audit (false: show a runtime defense holds on its own), why.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cudagent.evaluator import EvalOptions, Evaluator, Verdict
+from cudagent.hardware import resolve_device
+from cudagent.task import load_task
+from cudagent.workspace import Workspace
+
+HERE = Path(__file__).parent
+CASES = HERE / "cases"
+TASKS = HERE / "tasks"
+COMMON = HERE / "kernels"
+
+
+@dataclass
+class Case:
+    name: str
+    task: str
+    kernels: str = "common"
+    devices: list[str] = field(default_factory=lambda: ["cpu", "cuda"])
+    expect: list[str] = field(default_factory=list)
+    expect_any: list[str] = field(default_factory=list)
+    control: bool = False
+    flags: list[str] = field(default_factory=list)
+    static_audit: bool = True
+    why: str = ""
+
+    @property
+    def dir(self) -> Path:
+        return CASES / self.name
+
+    def kernels_for(self, device: str) -> Path | None:
+        if self.kernels == "none":
+            return None
+        if self.kernels == "common":
+            return COMMON / device
+        source = CASES / self.kernels.split(":", 1)[1] if self.kernels.startswith("from:") else self.dir
+        specific = source / f"kernels_{device}"
+        return specific if specific.is_dir() else source / "kernels"
+
+
+def load_cases(device: str) -> list[Case]:
+    cases = []
+    for path in sorted(CASES.glob("*/case.json")):
+        case = Case(name=path.parent.name, **json.loads(path.read_text()))
+        if device in case.devices:
+            cases.append(case)
+    return cases
+
+
+class Runner:
+    """Evaluates cases on one device, building each distinct kernel set once and copying the build after."""
+
+    def __init__(self, device: str, scratch: Path):
+        self.device = resolve_device(device)
+        self.scratch = scratch
+        self.evaluators: dict[tuple[str, bool], Evaluator] = {}
+        self.built: dict[Path, Path] = {}
+
+    def evaluator(self, case: Case) -> Evaluator:
+        key = (case.task, case.static_audit)
+        if key not in self.evaluators:
+            task = load_task(TASKS / f"{case.task}.py")
+            self.evaluators[key] = Evaluator(task, self.device, EvalOptions(timing=False,
+                                                                            audit_static=case.static_audit))
+        return self.evaluators[key]
+
+    def workspace(self, case: Case) -> Workspace:
+        ev = self.evaluator(case)
+        root = self.scratch / f"{case.name}-{self.device.kind}"
+        kernels = self.kernels_dir(case)
+        prebuilt = self.built.get(kernels) if kernels is not None else None
+        if prebuilt is not None:
+            shutil.copytree(prebuilt, root)  # sources, fixed files and objects keep their times: ninja has nothing to do
+            (root / "model.py").chmod(0o644)
+            (root / "model.py").unlink()
+        ws = Workspace.create(root, ev.task.source)
+        if prebuilt is None and kernels is not None:
+            shutil.copytree(kernels, ws.kernels_dir, dirs_exist_ok=True)
+        shutil.copy2(case.dir / "model_new.py", ws.model_new_py)
+        return ws
+
+    def kernels_dir(self, case: Case) -> Path | None:
+        return case.kernels_for(self.device.kind)
+
+    def run(self, case: Case) -> Verdict:
+        ws = self.workspace(case)
+        verdict = self.evaluator(case).evaluate(ws)
+        kernels = self.kernels_dir(case)
+        if kernels is not None and kernels not in self.built and verdict.build and verdict.build.get("ok"):
+            self.built[kernels] = ws.root
+        return verdict
+
+
+def check_case(case: Case, verdict: Verdict) -> None:
+    """Assert the case's expectation, with the verdict's own words in the failure message."""
+    report = f"{case.name}: {case.why}\n{verdict.summary()}\nerror: {verdict.error}"
+    if case.control:
+        assert verdict.correct, "a legitimate candidate was rejected\n" + report
+        for flag in case.flags:
+            assert any(f.startswith(flag) for f in verdict.flags), f"flag {flag} not reported\n" + report
+        return
+    assert not verdict.correct, "a cheating candidate was accepted\n" + report
+    for code in case.expect:
+        assert code in verdict.codes, f"expected violation {code}\n" + report
+    if case.expect_any:
+        assert set(case.expect_any) & set(verdict.codes), f"expected one of {case.expect_any}\n" + report
