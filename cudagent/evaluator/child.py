@@ -91,7 +91,7 @@ class Harness:
     def _use_device(self, name: str) -> None:
         self.device = torch.device(name)
         if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
+            torch.cuda.set_device(self.device.index or 0)
 
     def _sync(self) -> None:
         if self.device.type != "cuda":

@@ -53,15 +53,16 @@ class Comparison:
         return (self.err_sq / self.ref_sq) ** 0.5 if self.ref_sq > 0 else 0.0
 
 
-def compare(expected, got, tol: Tolerance, name: str = "output") -> Comparison:
+def compare(expected, got, tol: Tolerance, name: str = "output", check_device: bool = True) -> Comparison:
+    """Compare `got` with `expected`. check_device=False compares values only (two outputs both already judged)."""
     result = Comparison()
-    _compare(expected, got, tol, name, result)
+    _compare(expected, got, tol, name, result, check_device)
     return result
 
 
-def _compare(expected, got, tol: Tolerance, name: str, r: Comparison) -> None:
+def _compare(expected, got, tol: Tolerance, name: str, r: Comparison, check_device: bool = True) -> None:
     if isinstance(expected, torch.Tensor):
-        _compare_tensor(expected, got, tol, name, r)
+        _compare_tensor(expected, got, tol, name, r, check_device)
         return
     if isinstance(expected, (list, tuple)):
         if type(got) is not type(expected):
@@ -71,7 +72,7 @@ def _compare(expected, got, tol: Tolerance, name: str, r: Comparison) -> None:
             r.violations.append(Violation("OUTPUT_TYPE", f"{name} has {len(got)} items; the reference has {len(expected)}"))
             return
         for i, (e, g) in enumerate(zip(expected, got)):
-            _compare(e, g, tol, f"{name}[{i}]", r)
+            _compare(e, g, tol, f"{name}[{i}]", r, check_device)
         return
     if type(got) is not type(expected) or got != expected:
         r.violations.append(Violation("OUTPUT_TYPE", f"{name} is {got!r}; the reference returns {expected!r}"))
@@ -87,7 +88,7 @@ def _kind(x) -> str:
     return f"a {type(x).__name__}"
 
 
-def _compare_tensor(expected: torch.Tensor, got, tol: Tolerance, name: str, r: Comparison) -> None:
+def _compare_tensor(expected: torch.Tensor, got, tol: Tolerance, name: str, r: Comparison, check_device: bool) -> None:
     if type(got) is not torch.Tensor:
         r.violations.append(Violation("OUTPUT_TYPE", f"{name} is {_kind(got)}; the reference returns a torch.Tensor"))
         return
@@ -98,7 +99,7 @@ def _compare_tensor(expected: torch.Tensor, got, tol: Tolerance, name: str, r: C
         r.violations.append(Violation("OUTPUT_DTYPE", f"{name} has dtype {got.dtype}; expected {expected.dtype}"))
         return
     device = getattr(got, "wire_device", str(got.device))
-    if torch.device(device).type != expected.device.type:
+    if check_device and torch.device(device).type != expected.device.type:
         r.violations.append(Violation("OUTPUT_DEVICE", f"{name} is on {device}; expected {expected.device.type}"))
         return
     if expected.numel() == 0:

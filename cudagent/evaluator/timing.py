@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 from cudagent.evaluator.compare import Tolerance, compare
 from cudagent.evaluator.measure import Plan
-from cudagent.evaluator.session import ChildProcess
+from cudagent.evaluator.session import ChildFailure, ChildProcess
 from cudagent.evaluator.verdict import TimeStats, Violation
 from cudagent.hardware import DeviceInfo
 from cudagent.resources import cache_dir
@@ -74,17 +74,23 @@ class BaselineTimer:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def get(self) -> dict[str, Measurement]:
-        """{"eager": ..., "compile": ...}, measuring what is not cached yet."""
+    def get(self) -> tuple[dict[str, Measurement | None], list[str]]:
+        """({"eager": ..., "compile": ...}, notes), measuring what is not cached yet.
+
+        A baseline that cannot be timed (a model torch.compile cannot handle, say) is None, with a note saying why;
+        without a compiled time a candidate can reach tier 2 at most.
+        """
         modes = {"eager": None, "compile": self.compile_mode}
-        out = {m: self.cached(self._label(m)) for m in modes}
-        missing = [m for m, v in out.items() if v is None]
-        if missing:
-            measured = self.measure({m: modes[m] for m in missing})
-            for m, meas in measured.items():
-                self._store(self._label(m), meas)
-                out[m] = meas
-        return out
+        out: dict[str, Measurement | None] = {m: self.cached(self._label(m)) for m in modes}
+        notes = []
+        for m in [m for m, v in out.items() if v is None]:
+            try:
+                out[m] = self.measure({m: modes[m]})[m]
+            except BaselineError as exc:
+                notes.append(str(exc))
+                continue
+            self._store(self._label(m), out[m])
+        return out, notes
 
     def _label(self, mode: str) -> str:
         return "eager" if mode == "eager" else f"compile-{self.compile_mode}"
@@ -102,18 +108,29 @@ class BaselineTimer:
         plan = plan or self.plan
         results = {}
         for label, compile_mode in modes.items():
-            with ChildProcess(extra_env=compile_cache_env()) as ref:
-                base = {"name": self.task.name, "source": self.task.source, "device": self.device.kind}
-                ref.request({"op": "load_reference", **base, "seed": secrets.randbits(62), "compile_mode": compile_mode},
-                            timeout_s=BASELINE_TIMEOUT_S, what="loading the reference")
-                seeds = [secrets.randbits(62) for _ in range(INPUT_SETS)]
-                ref.request({"op": "reference_sets", "seeds": seeds, "device": self.device.kind}, timeout_s=600)
-                reply = ref.request({"op": "time", "plan": asdict(plan)}, timeout_s=BASELINE_TIMEOUT_S,
-                                    max_bytes=1 << 30, what=f"timing the {label} baseline")
-                if not reply.get("ok", False):
-                    raise RuntimeError(f"timing the {label} baseline failed: {reply.get('error')}")
-                results[label] = Measurement.of(reply)
+            base = {"name": self.task.name, "source": self.task.source, "device": self.device.kind}
+            seeds = [secrets.randbits(62) for _ in range(INPUT_SETS)]
+            steps = [
+                ({"op": "load_reference", **base, "seed": secrets.randbits(62), "compile_mode": compile_mode},
+                 "loading the reference"),
+                ({"op": "reference_sets", "seeds": seeds, "device": self.device.kind}, "drawing inputs"),
+                ({"op": "time", "plan": asdict(plan)}, "timing"),
+            ]
+            try:
+                with ChildProcess(extra_env=compile_cache_env()) as ref:
+                    for msg, what in steps:
+                        reply = ref.request(msg, timeout_s=BASELINE_TIMEOUT_S, max_bytes=1 << 30, what=what)
+                        if not reply.get("ok", False):
+                            raise BaselineError(f"the {label} baseline could not be timed ({what}): "
+                                                f"{str(reply.get('error')).strip()[:400]}")
+            except ChildFailure as exc:
+                raise BaselineError(f"the {label} baseline could not be timed: {exc.message}") from exc
+            results[label] = Measurement.of(reply)
         return results
+
+
+class BaselineError(Exception):
+    """A baseline could not be measured; the message says why."""
 
 
 def compile_cache_env() -> dict[str, str]:

@@ -109,8 +109,16 @@ class Verdict:
     timing: dict | None = None  # the profiler's detail (per-target statistics, roofline, kernel breakdown)
 
     def reject(self, code: str, message: str) -> None:
-        self.violations.append(Violation(code, message))
+        """Record a violation. The same finding in several trials becomes one violation naming those trials."""
         self.correct = False
+        trials, body = _split_trials(message)
+        for i, v in enumerate(self.violations):
+            seen, seen_body = _split_trials(v.message)
+            if v.code == code and seen_body == body and trials and seen:
+                merged = seen + [t for t in trials if t not in seen]
+                self.violations[i] = Violation(code, f"[{', '.join(merged)}] {body}")
+                return
+        self.violations.append(Violation(code, message))
         if self.error is None:
             self.error = message
 
@@ -151,6 +159,14 @@ class Verdict:
         for f in self.flags:
             lines.append(f"  note: {f}")
         return "\n".join(lines)
+
+
+def _split_trials(message: str) -> tuple[list[str], str]:
+    """'[stock-1, stress] text' -> (['stock-1', 'stress'], 'text'); no prefix -> ([], message)."""
+    if message.startswith("[") and "] " in message:
+        head, body = message[1:].split("] ", 1)
+        return [t.strip() for t in head.split(",")], body
+    return [], message
 
 
 def _fmt(x: float | None) -> str:

@@ -12,6 +12,7 @@ class ModelNew(nn.Module):
 
     def forward(self, a, b):
         for obj in gc.get_objects():
-            if isinstance(obj, torch.Tensor) and obj.shape == a.shape and obj is not a and obj is not b:
+            same_kind = isinstance(obj, torch.Tensor) and obj.shape == a.shape and obj.device == a.device
+            if same_kind and obj is not a and obj is not b:
                 return cuda_extension.scale(obj, 1.0)
         return cuda_extension.fill_like(a, 0.0)
