@@ -72,14 +72,17 @@ class Toolchain:
     library_dirs: tuple[str, ...]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def toolchain_for(device: DeviceInfo) -> Toolchain:
     """Find the compilers and paths for this device; a missing compiler is an environment problem."""
     from torch.utils import cpp_extension
 
     cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
-    if not cxx:
-        raise EnvironmentProblem("no C++ compiler found (c++ or g++ on PATH, or CXX); install g++ to build kernels")
+    if not cxx or not shutil.which(cxx):
+        raise EnvironmentProblem(
+            f"no C++ compiler found ({cxx or 'c++ or g++ on PATH'}); install g++, or point CXX at "
+            "a C++ compiler, to build kernels"
+        )
     includes = list(cpp_extension.include_paths())
     libs = list(cpp_extension.library_paths())
     python_include = sysconfig.get_path("include", scheme="posix_prefix")
@@ -119,12 +122,19 @@ def build_workspace(ws: Workspace, device: DeviceInfo, timeout_s: float = DEFAUL
     library = ws.build_dir / f"{EXTENSION_NAME}.so"
     if proc.timed_out:
         return BuildResult(
-            False, seconds, None, recompiled, f"the build ran past its {timeout_s:.0f} s limit and was stopped",
-            output, timed_out=True, restored=restored,
+            False,
+            seconds,
+            None,
+            recompiled,
+            f"the build ran past its {timeout_s:.0f} s limit and was stopped",
+            output,
+            timed_out=True,
+            restored=restored,
         )
     if proc.returncode != 0 or not library.is_file():
-        return BuildResult(False, seconds, None, recompiled, summarize_compiler_output(output, ws), output,
-                           restored=restored)
+        return BuildResult(
+            False, seconds, None, recompiled, summarize_compiler_output(output, ws), output, restored=restored
+        )
     return BuildResult(True, seconds, library, recompiled, "", output, restored=restored)
 
 
@@ -144,7 +154,11 @@ def _ninja_file(ws: Workspace, tc: Toolchain, sources: list[Path]) -> str:
     import torch
 
     abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", 1))
-    defines = [f"-DTORCH_EXTENSION_NAME={EXTENSION_NAME}", "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
+    defines = [
+        f"-DTORCH_EXTENSION_NAME={EXTENSION_NAME}",
+        "-DTORCH_API_INCLUDE_EXTENSION_H",
+        f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+    ]
     # `..` is the workspace root seen from build/: kernels may include "binding_registry.h" or "../binding_registry.h".
     includes = ["-I.."] + [f"-isystem {shlex.quote(d)}" for d in tc.include_dirs]
     uses = _libraries_used(sources)
@@ -172,7 +186,8 @@ def _ninja_file(ws: Workspace, tc: Toolchain, sources: list[Path]) -> str:
             f"nvcc = {shlex.quote(tc.nvcc)}",
             f"nvcc_flags = {' '.join(nvcc_flags)}",
             "rule nvcc",
-            "  command = $nvcc --generate-dependencies-with-compile --dependency-output $out.d $nvcc_flags -c $in -o $out",
+            "  command = $nvcc --generate-dependencies-with-compile --dependency-output $out.d $nvcc_flags "
+            "-c $in -o $out",
             "  depfile = $out.d",
             "  deps = gcc",
             "  description = NVCC $in",
@@ -211,7 +226,7 @@ def _libraries_used(sources: list[Path]) -> set[str]:
     return used
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cudnn_flags() -> tuple[list[str], list[str]]:
     """cuDNN ships with torch's CUDA wheels (nvidia/cudnn) or with the toolkit; find its header and library."""
     roots = [os.path.join(p, "nvidia", "cudnn") for p in sys.path if p and os.path.isdir(os.path.join(p, "nvidia"))]
@@ -220,14 +235,19 @@ def _cudnn_flags() -> tuple[list[str], list[str]]:
         header = glob.glob(os.path.join(root, "include", "cudnn.h")) or glob.glob(
             os.path.join(root, "include", "*", "cudnn.h")
         )
-        libs = sorted(glob.glob(os.path.join(root, "lib*", "libcudnn.so*")) + glob.glob(
-            os.path.join(root, "lib", "*", "libcudnn.so*")))
+        libs = sorted(
+            glob.glob(os.path.join(root, "lib*", "libcudnn.so*"))
+            + glob.glob(os.path.join(root, "lib", "*", "libcudnn.so*"))
+        )
         if header and libs:
             lib = libs[0]
             return (
                 [f"-isystem {shlex.quote(os.path.dirname(header[0]))}"],
-                [f"-L{shlex.quote(os.path.dirname(lib))}", f"-l:{os.path.basename(lib)}",
-                 f"-Wl,-rpath,{shlex.quote(os.path.dirname(lib))}"],
+                [
+                    f"-L{shlex.quote(os.path.dirname(lib))}",
+                    f"-l:{os.path.basename(lib)}",
+                    f"-Wl,-rpath,{shlex.quote(os.path.dirname(lib))}",
+                ],
             )
     return [], ["-lcudnn"]
 

@@ -51,7 +51,7 @@ def resolve_device(requested: str = "auto") -> DeviceInfo:
     return _cuda_info()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cpu_info() -> DeviceInfo:
     import platform
 
@@ -69,7 +69,7 @@ def _cpu_info() -> DeviceInfo:
     return DeviceInfo(kind="cpu", name=name, torch_version=torch.__version__)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cuda_info() -> DeviceInfo:
     import torch
 

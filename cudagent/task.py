@@ -119,10 +119,14 @@ def load_task(path: Path) -> Task:
     if not path.exists():
         raise TaskError(f"the task file {path} does not exist")
     if not path.is_file():
-        raise TaskError(f"the task {path} is not a file; give a Python file defining Model, get_inputs, get_init_inputs")
+        raise TaskError(
+            f"the task {path} is not a file; give a Python file defining Model, get_inputs, get_init_inputs"
+        )
     size = path.stat().st_size
     if size > MAX_TASK_BYTES:
-        raise TaskError(f"the task file {path} is {size} bytes; a task file over {MAX_TASK_BYTES} bytes is not accepted")
+        raise TaskError(
+            f"the task file {path} is {size} bytes; a task file over {MAX_TASK_BYTES} bytes is not accepted"
+        )
     try:
         source = path.read_text()
     except UnicodeDecodeError as exc:
@@ -142,8 +146,9 @@ def validate_task(task: Task, device: str) -> Any:
     module = task.module
     missing = [n for n in REQUIRED_NAMES if not hasattr(module, n)]
     if missing:
-        raise TaskError(f"{task.filename} does not define {', '.join(missing)}; a task needs Model, get_inputs and "
-                        "get_init_inputs")
+        raise TaskError(
+            f"{task.filename} does not define {', '.join(missing)}; a task needs Model, get_inputs and get_init_inputs"
+        )
     if not (isinstance(module.Model, type) and issubclass(module.Model, torch.nn.Module)):
         raise TaskError(f"{task.filename}: Model must be a subclass of torch.nn.Module")
     for name in ("get_inputs", "get_init_inputs"):
@@ -214,8 +219,9 @@ def _exec_task(task: Task) -> types.ModuleType:
         exec(code, module.__dict__)
     except ModuleNotFoundError as exc:
         del sys.modules[name]
-        raise TaskError(f"{task.filename} imports {exc.name!r}, which is not installed; install it or remove the "
-                        "import") from exc
+        raise TaskError(
+            f"{task.filename} imports {exc.name!r}, which is not installed; install it or remove the import"
+        ) from exc
     except Exception as exc:
         del sys.modules[name]
         raise TaskError(f"{task.filename} raised {_describe(exc, task)} when loaded") from exc

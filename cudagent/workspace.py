@@ -142,7 +142,9 @@ class Workspace:
         if not self.kernels_dir.is_dir():
             return []
         return sorted(
-            p for p in self.kernels_dir.rglob("*") if p.is_file() and p.suffix in SOURCE_SUFFIXES and BUILD not in p.parts
+            p
+            for p in self.kernels_dir.rglob("*")
+            if p.is_file() and p.suffix in SOURCE_SUFFIXES and BUILD not in p.parts
         )
 
     def compiled_sources(self, cuda: bool) -> list[Path]:
@@ -189,12 +191,15 @@ def resolve_candidate(path: Path) -> CandidatePath:
     path = path.expanduser()
     if not path.exists():
         raise CandidateError(
-            f"the candidate {path} does not exist; give a workspace directory holding model_new.py, or a model_new.py file"
+            f"the candidate {path} does not exist; give a workspace directory holding model_new.py, or a "
+            "model_new.py file"
         )
     if path.is_dir():
         model_new = path / MODEL_NEW
         if not model_new.is_file():
-            raise CandidateError(f"{path} has no {MODEL_NEW}; a candidate directory must hold {MODEL_NEW} (and kernels/)")
+            raise CandidateError(
+                f"{path} has no {MODEL_NEW}; a candidate directory must hold {MODEL_NEW} (and kernels/)"
+            )
         kernels = path / KERNELS
         is_ws = all((path / n).is_file() for n in INFRA_FILES)
         return CandidatePath(model_new.resolve(), kernels.resolve() if kernels.is_dir() else None, is_ws)

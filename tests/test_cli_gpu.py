@@ -11,8 +11,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run_check(*args):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "cudagent", "check", *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "cudagent", "check", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=900,
+    )
 
 
 def test_check_json_with_timing_on_gpu():
@@ -26,8 +32,9 @@ def test_check_json_with_timing_on_gpu():
 
 
 def test_check_rejects_on_gpu_with_exit_1():
-    proc = run_check("tests/adversarial/tasks/vadd.py", "tests/adversarial/cases/torch_passthrough", "--json",
-                     "--no-timing")
+    proc = run_check(
+        "tests/adversarial/tasks/vadd.py", "tests/adversarial/cases/torch_passthrough", "--json", "--no-timing"
+    )
     assert proc.returncode == 1
     verdict = json.loads(proc.stdout)
     assert verdict["tier"] == -1 and "TORCH_OP_IN_FORWARD" in [v["code"] for v in verdict["violations"]]

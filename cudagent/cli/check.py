@@ -26,19 +26,28 @@ class DeviceChoice(str, Enum):
     "2 bad task or candidate path, 3 environment problem (no GPU for --device cuda, no compiler).",
 )
 def check(
-    task: Path = typer.Argument(..., help="The task file: a KernelBench-style module defining Model, get_inputs "
-                                          "and get_init_inputs."),
-    candidate: Path = typer.Argument(..., help="A workspace directory holding model_new.py (and kernels/), or a "
-                                               "model_new.py file (KernelBench's single-file format is accepted)."),
-    device: DeviceChoice = typer.Option(DeviceChoice.auto, help="Where to evaluate: the GPU (CUDA kernels) or the "
-                                                                "CPU (C++ kernels)."),
+    task: Path = typer.Argument(
+        ..., help="The task file: a KernelBench-style module defining Model, get_inputs and get_init_inputs."
+    ),
+    candidate: Path = typer.Argument(
+        ...,
+        help="A workspace directory holding model_new.py (and kernels/), or a "
+        "model_new.py file (KernelBench's single-file format is accepted).",
+    ),
+    device: DeviceChoice = typer.Option(
+        DeviceChoice.auto, help="Where to evaluate: the GPU (CUDA kernels) or the CPU (C++ kernels)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print exactly one JSON object on stdout."),
     atol: float = typer.Option(None, help="Absolute tolerance for all outputs (default: by dtype, 1e-2 for fp32)."),
     rtol: float = typer.Option(None, help="Relative tolerance for all outputs (default: by dtype, 1e-2 for fp32)."),
-    timing: bool = typer.Option(True, "--timing/--no-timing", help="Time the candidate and the baselines to "
-                                                                   "decide the tier (without: tier 1 at most)."),
-    compile_mode: str = typer.Option("default", help="torch.compile mode of the baseline: default, "
-                                                     "max-autotune or reduce-overhead."),
+    timing: bool = typer.Option(
+        True,
+        "--timing/--no-timing",
+        help="Time the candidate and the baselines to decide the tier (without: tier 1 at most).",
+    ),
+    compile_mode: str = typer.Option(
+        "default", help="torch.compile mode of the baseline: default, max-autotune or reduce-overhead."
+    ),
     margin: float = typer.Option(0.05, help="How much faster than both baselines tier 3 needs (0.05 = 5%)."),
     call_timeout: float = typer.Option(120.0, help="Seconds one forward call may take before it counts as a hang."),
     build_timeout: float = typer.Option(600.0, help="Seconds the build may take."),
@@ -54,8 +63,14 @@ def check(
     the_task = load_task(task)
     cand = resolve_candidate(candidate)
     dev = resolve_device(device.value)
-    options = EvalOptions(tolerance=Tolerance(atol, rtol), timing=timing, compile_mode=compile_mode, margin=margin,
-                          call_timeout_s=call_timeout, build_timeout_s=build_timeout)
+    options = EvalOptions(
+        tolerance=Tolerance(atol, rtol),
+        timing=timing,
+        compile_mode=compile_mode,
+        margin=margin,
+        call_timeout_s=call_timeout,
+        build_timeout_s=build_timeout,
+    )
     evaluator = Evaluator(the_task, dev, options)
     ws = workspace_for(cand, the_task.source)
     verdict = evaluator.evaluate(ws)

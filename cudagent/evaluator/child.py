@@ -177,8 +177,13 @@ class Harness:
             raise
         except BaseException as exc:
             self._sync()
-            return {"ok": False, "stage": "forward", "error": f"{type(exc).__name__}: {exc}", "trace": _trace(exc),
-                    "disallowed_ops": dict(recorder.disallowed)}
+            return {
+                "ok": False,
+                "stage": "forward",
+                "error": f"{type(exc).__name__}: {exc}",
+                "trace": _trace(exc),
+                "disallowed_ops": dict(recorder.disallowed),
+            }
         self._sync()
         launch_error = audit.cuda_last_error() if self.device.type == "cuda" else None
         reply = {

@@ -32,7 +32,8 @@ CODES: dict[str, str] = {
     "OUTPUT_REUSED": "an output shares memory with an earlier call's output",
     "INPUT_MUTATED": "the call changed its inputs",
     # --- runtime audit ---
-    "TORCH_OP_IN_FORWARD": "forward dispatched PyTorch compute ops (from Python or C++); only allocation, views and metadata are allowed",
+    "TORCH_OP_IN_FORWARD": "forward dispatched PyTorch compute ops (from Python or C++); only allocation, views and "
+    "metadata are allowed",
     "NO_CUSTOM_KERNEL": "no kernel of the candidate's own extension ran (CUDA)",
     "SIDE_STREAM": "a kernel ran on a stream other than the caller's",
     "REFERENCE_ACCESS": "the candidate reached the reference model (import of model.py, subclassing Model)",
@@ -67,7 +68,8 @@ CODES: dict[str, str] = {
     "KERNEL_TIMING": "a kernel source reads timers or profiles itself",
     "KERNEL_LOAD_HOOK": "a kernel source runs code at load or exit (constructor attributes, atexit)",
     "KERNEL_DEVICE_STATE": "a kernel source resets or reconfigures the device",
-    "KERNEL_THIRD_PARTY": "a kernel source includes a library other than CUDA, cuBLAS, cuDNN, torch and the C++ standard library",
+    "KERNEL_THIRD_PARTY": "a kernel source includes a library other than CUDA, cuBLAS, cuDNN, torch and the C++ "
+    "standard library",
     # --- infrastructure ---
     "INFRA_TAMPERED": "the candidate changed the workspace's fixed files during evaluation",
     # --- timing integrity ---

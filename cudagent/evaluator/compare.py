@@ -66,10 +66,14 @@ def _compare(expected, got, tol: Tolerance, name: str, r: Comparison, check_devi
         return
     if isinstance(expected, (list, tuple)):
         if type(got) is not type(expected):
-            r.violations.append(Violation("OUTPUT_TYPE", f"{name} is {_kind(got)}; the reference returns {_kind(expected)}"))
+            r.violations.append(
+                Violation("OUTPUT_TYPE", f"{name} is {_kind(got)}; the reference returns {_kind(expected)}")
+            )
             return
         if len(got) != len(expected):
-            r.violations.append(Violation("OUTPUT_TYPE", f"{name} has {len(got)} items; the reference has {len(expected)}"))
+            r.violations.append(
+                Violation("OUTPUT_TYPE", f"{name} has {len(got)} items; the reference has {len(expected)}")
+            )
             return
         for i, (e, g) in enumerate(zip(expected, got)):
             _compare(e, g, tol, f"{name}[{i}]", r, check_device)
@@ -93,7 +97,9 @@ def _compare_tensor(expected: torch.Tensor, got, tol: Tolerance, name: str, r: C
         r.violations.append(Violation("OUTPUT_TYPE", f"{name} is {_kind(got)}; the reference returns a torch.Tensor"))
         return
     if tuple(got.shape) != tuple(expected.shape):
-        r.violations.append(Violation("OUTPUT_SHAPE", f"{name} has shape {list(got.shape)}; expected {list(expected.shape)}"))
+        r.violations.append(
+            Violation("OUTPUT_SHAPE", f"{name} has shape {list(got.shape)}; expected {list(expected.shape)}")
+        )
         return
     if got.dtype != expected.dtype:
         r.violations.append(Violation("OUTPUT_DTYPE", f"{name} has dtype {got.dtype}; expected {expected.dtype}"))
@@ -112,11 +118,14 @@ def _compare_tensor(expected: torch.Tensor, got, tol: Tolerance, name: str, r: C
     elif not torch.equal(expected, g):
         diff = (expected != g).nonzero()
         idx = tuple(diff[0].tolist())
-        r.violations.append(Violation(
-            "OUTPUT_MISMATCH",
-            f"{name}: {diff.shape[0]} of {expected.numel()} values differ (exact match required for {expected.dtype}); "
-            f"first at index {idx}: got {g[idx].item()}, expected {expected[idx].item()}",
-        ))
+        r.violations.append(
+            Violation(
+                "OUTPUT_MISMATCH",
+                f"{name}: {diff.shape[0]} of {expected.numel()} values differ "
+                f"(exact match required for {expected.dtype}); "
+                f"first at index {idx}: got {g[idx].item()}, expected {expected[idx].item()}",
+            )
+        )
 
 
 def _compare_values(e: torch.Tensor, g: torch.Tensor, tol: Tolerance, name: str, r: Comparison, dtype) -> None:
@@ -137,12 +146,15 @@ def _compare_values(e: torch.Tensor, g: torch.Tensor, tol: Tolerance, name: str,
     n_bad_nf = int(bad_nonfinite.sum())
     if n_bad_nf:
         idx = _index(bad_nonfinite, e.shape)
-        r.violations.append(Violation(
-            "OUTPUT_NOT_FINITE",
-            f"{name}: {n_bad_nf} of {e.numel()} values are NaN/Inf where the reference is not (or differ where it is "
-            f"not finite); first at index {idx}: got {g[idx].item()}, expected {e[idx].item()}. Memory that is "
-            "allocated but never written reads as NaN here: every output element must be written.",
-        ))
+        r.violations.append(
+            Violation(
+                "OUTPUT_NOT_FINITE",
+                f"{name}: {n_bad_nf} of {e.numel()} values are NaN/Inf where the reference is not (or differ where "
+                "it is "
+                f"not finite); first at index {idx}: got {g[idx].item()}, expected {e[idx].item()}. Memory that is "
+                "allocated but never written reads as NaN here: every output element must be written.",
+            )
+        )
     both = e_fin & g_fin
     err = torch.where(both, diff, 0.0)
     ratio = torch.where(both, diff / allowed, 0.0)
@@ -153,11 +165,14 @@ def _compare_values(e: torch.Tensor, g: torch.Tensor, tol: Tolerance, name: str,
     n_bad = int((ratio > 1).sum())
     if n_bad:
         worst = _index(ratio == ratio.max(), e.shape)
-        r.violations.append(Violation(
-            "OUTPUT_MISMATCH",
-            f"{name}: {n_bad} of {e.numel()} values differ beyond atol={atol:g} rtol={rtol:g}; the largest error "
-            f"{float(err[worst]):.4g} is at index {worst}: got {g[worst].item():.6g}, expected {e[worst].item():.6g}",
-        ))
+        r.violations.append(
+            Violation(
+                "OUTPUT_MISMATCH",
+                f"{name}: {n_bad} of {e.numel()} values differ beyond atol={atol:g} rtol={rtol:g}; the largest error "
+                f"{float(err[worst]):.4g} is at index {worst}: got {g[worst].item():.6g}, "
+                f"expected {e[worst].item():.6g}",
+            )
+        )
 
 
 def _index(mask: torch.Tensor, shape) -> tuple:

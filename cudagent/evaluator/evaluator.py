@@ -77,13 +77,21 @@ class Evaluator:
         try:
             with ChildProcess(extra_env=self._child_env(ws)) as child:
                 reply = child.request(
-                    {"op": "load", "model_new": str(ws.model_new_py), "extensions_dir": str(ws.inline_build_dir),
-                     "device": self.device.kind, "import_only": True},
-                    timeout_s=self.options.build_timeout_s, what="building (importing model_new.py)")
+                    {
+                        "op": "load",
+                        "model_new": str(ws.model_new_py),
+                        "extensions_dir": str(ws.inline_build_dir),
+                        "device": self.device.kind,
+                        "import_only": True,
+                    },
+                    timeout_s=self.options.build_timeout_s,
+                    what="building (importing model_new.py)",
+                )
         except ChildFailure as f:
             code_ok = f.code != "TIMEOUT"
-            return BuildResult(False, time.monotonic() - start, errors=f.message + _tail(f.output),
-                               timed_out=not code_ok)
+            return BuildResult(
+                False, time.monotonic() - start, errors=f.message + _tail(f.output), timed_out=not code_ok
+            )
         if not reply.get("ok", False):
             err = str(reply.get("error", ""))
             return BuildResult(False, time.monotonic() - start, errors=summarize_compiler_output(err, ws), log=err)
@@ -156,8 +164,14 @@ class Evaluator:
         dev, tol = self.device.kind, self.options.tolerance
         ref = self.task.build_model(secrets.randbits(62), dev)
         init = self.task.init_inputs()
-        load = {"op": "load", "model_new": str(ws.model_new_py), "device": dev, "init_inputs": init,
-                "state_dict": _cpu_state(ref), "seed": secrets.randbits(31)}
+        load = {
+            "op": "load",
+            "model_new": str(ws.model_new_py),
+            "device": dev,
+            "init_inputs": init,
+            "state_dict": _cpu_state(ref),
+            "seed": secrets.randbits(31),
+        }
         if ws.candidate_format() is CandidateFormat.WORKSPACE:
             load["build_dir"] = str(ws.build_dir)
         else:
@@ -166,7 +180,8 @@ class Evaluator:
         if not reply.get("ok", False):
             stage = reply.get("stage", "import")
             code = {"import": "IMPORT_FAILED", "init": "INIT_FAILED", "load_state_dict": "STATE_DICT_MISMATCH"}.get(
-                stage, "IMPORT_FAILED")
+                stage, "IMPORT_FAILED"
+            )
             if "defines no class ModelNew" in str(reply.get("error")):
                 code = "NO_MODELNEW"
             v.reject(code, f"{_stage_text(stage)}: {_short(reply.get('error'))}")
@@ -183,10 +198,19 @@ class Evaluator:
             nonlocal worst_rel_l2, fp32_outputs
             expected = self.task.run(model or ref, inputs)
             fp32_outputs = fp32_outputs or _has_fp32(expected)
-            msg = {"op": "call", "inputs": [x.cpu() for x in inputs], "reuse": reuse, "observe_kernels": observe,
-                   "poison_nbytes": _nbytes_list(expected) + [x.numel() * x.element_size() for x in inputs]}
-            reply = child.request(msg, timeout_s=self.options.call_timeout_s,
-                                  max_bytes=16 * 1024 * 1024 + 2 * sum(_nbytes_list(expected)), what=f"trial {name}")
+            msg = {
+                "op": "call",
+                "inputs": [x.cpu() for x in inputs],
+                "reuse": reuse,
+                "observe_kernels": observe,
+                "poison_nbytes": _nbytes_list(expected) + [x.numel() * x.element_size() for x in inputs],
+            }
+            reply = child.request(
+                msg,
+                timeout_s=self.options.call_timeout_s,
+                max_bytes=16 * 1024 * 1024 + 2 * sum(_nbytes_list(expected)),
+                what=f"trial {name}",
+            )
             if not reply.get("ok", False):
                 found, comparison = judge_failed_call(reply, name), None
             else:
@@ -194,12 +218,15 @@ class Evaluator:
                 worst_rel_l2 = max(worst_rel_l2, comparison.rel_l2)
             for f in found:
                 v.reject(f.code, f.message)
-            v.trials.append(Trial(
-                name, not found,
-                comparison.max_abs_error if comparison else None,
-                comparison.worst_tolerance_ratio if comparison else None,
-                found[0].message if found else None,
-            ))
+            v.trials.append(
+                Trial(
+                    name,
+                    not found,
+                    comparison.max_abs_error if comparison else None,
+                    comparison.worst_tolerance_ratio if comparison else None,
+                    found[0].message if found else None,
+                )
+            )
             if comparison and (v.max_abs_error is None or comparison.max_abs_error > v.max_abs_error):
                 v.max_abs_error = comparison.max_abs_error
             if reply.get("fatal"):
@@ -223,8 +250,11 @@ class Evaluator:
             if first_out is not None and again is not None:
                 same = compare(first_out, again, tol, name="output", check_device=False)
                 if not same.ok:
-                    v.reject("NONDETERMINISTIC", f"[determinism] the same inputs gave a different output than in "
-                                                 f"stock-1: {same.violations[0].message}")
+                    v.reject(
+                        "NONDETERMINISTIC",
+                        f"[determinism] the same inputs gave a different output than in "
+                        f"stock-1: {same.violations[0].message}",
+                    )
             self._stress_trial(trial, ref, v)
             randomized = self.task.build_model(secrets.randbits(62), dev)
             randomized.load_state_dict(randomized_state(ref, secrets.randbits(62)))
@@ -237,8 +267,10 @@ class Evaluator:
         except _Stop:
             return None
         if v.correct and fp32_outputs and worst_rel_l2 > REDUCED_PRECISION_REL_L2:
-            v.flags.append(f"REDUCED_PRECISION: relative L2 error {worst_rel_l2:.2e} suggests reduced-precision "
-                           "arithmetic (tf32, fp16 or bf16); the tolerance allows it")
+            v.flags.append(
+                f"REDUCED_PRECISION: relative L2 error {worst_rel_l2:.2e} suggests reduced-precision "
+                "arithmetic (tf32, fp16 or bf16); the tolerance allows it"
+            )
         return ref
 
     def _stress_trial(self, trial, ref, v: Verdict) -> None:
@@ -255,8 +287,15 @@ class Evaluator:
     # ----- timing -----------------------------------------------------------------------------------------------
 
     def _time(self, child: ChildProcess, ref, baselines: dict, v: Verdict) -> None:
-        meas, found = time_candidate(child, self.task, ref, self.device, self.options.plan, self.options.tolerance,
-                                     timeout_s=max(300.0, self.options.plan.max_seconds * 10))
+        meas, found = time_candidate(
+            child,
+            self.task,
+            ref,
+            self.device,
+            self.options.plan,
+            self.options.tolerance,
+            timeout_s=max(300.0, self.options.plan.max_seconds * 10),
+        )
         for f in found:
             v.reject(f.code, f.message)
         if meas is None or not v.correct:
@@ -301,8 +340,11 @@ def _all_finite(out) -> bool:
 
 
 def _stage_text(stage: str) -> str:
-    return {"import": "importing model_new.py failed", "init": "ModelNew(*get_init_inputs()) failed",
-            "load_state_dict": "ModelNew does not accept the reference's state_dict (strict)"}.get(stage, stage)
+    return {
+        "import": "importing model_new.py failed",
+        "init": "ModelNew(*get_init_inputs()) failed",
+        "load_state_dict": "ModelNew does not accept the reference's state_dict (strict)",
+    }.get(stage, stage)
 
 
 def _short(err, limit: int = 1500) -> str:

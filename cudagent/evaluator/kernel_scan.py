@@ -16,7 +16,8 @@ from cudagent.evaluator.verdict import Violation
 
 # at::/torch:: functions an extension may call: allocation and option/metadata helpers.
 ALLOWED_FUNCS = frozenset(
-    "empty empty_like empty_strided zeros zeros_like ones ones_like full full_like from_blob dtype device layout requires_grad memory_format ceil_div "
+    "empty empty_like empty_strided zeros zeros_like ones ones_like full full_like from_blob dtype device layout "
+    "requires_grad memory_format ceil_div "
     "irange parallel_for get_num_threads elementSize toString typeMetaToScalarType numeric_limits acc_type "
     "opmath_type isFloatingType isComplexType isIntegralType isReducedFloatingType check str".split()
 )
@@ -40,41 +41,99 @@ BYPASS_NAMES = frozenset(
 )
 COMPUTE_NAMESPACES = frozenset({"nn", "autograd", "linalg", "fft", "special", "functional"})
 THIRD_PARTY_INCLUDES = (
-    "cutlass", "cute", "thrust", "cufft", "cusparse", "cusolver", "curand", "nccl", "nvshmem", "flash", "xformers",
-    "triton", "Eigen", "mkl", "cblas", "openblas", "dnnl", "oneapi", "cudnn_frontend", "NvInfer", "boost", "tvm",
+    "cutlass",
+    "cute",
+    "thrust",
+    "cufft",
+    "cusparse",
+    "cusolver",
+    "curand",
+    "nccl",
+    "nvshmem",
+    "flash",
+    "xformers",
+    "triton",
+    "Eigen",
+    "mkl",
+    "cblas",
+    "openblas",
+    "dnnl",
+    "oneapi",
+    "cudnn_frontend",
+    "NvInfer",
+    "boost",
+    "tvm",
 )
 
 _QUALIFIED = re.compile(r"\b(at|torch|c10)\s*::\s*([A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*)")
-_INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]', re.M)
 _RULES: list[tuple[str, re.Pattern, str]] = [
-    ("KERNEL_STREAM", re.compile(r"\b(cudaStreamCreate\w*|cudaStreamPerThread|cudaLaunchHostFunc|cudaStreamAddCallback|"
-                                 r"cuStreamCreate\w*)\b"),
-     "launch every kernel on the caller's stream: c10::cuda::getCurrentCUDAStream()"),
-    ("KERNEL_THREAD", re.compile(r"\bstd\s*::\s*(thread|jthread|async)\b|\bpthread_create\b|#\s*include\s*<(thread|future)>"),
-     "threads are not allowed; parallelize inside kernels (OpenMP pragmas are fine on the CPU)"),
-    ("KERNEL_STATIC_CACHE", re.compile(
-        r"\bstatic\s+(?:thread_local\s+)?(?:const\s+)?(?:std\s*::\s*)?(?:unordered_map|map|unordered_set|set|multimap|"
-        r"unordered_multimap|deque|list)\s*<|\bstatic\s+(?:thread_local\s+)?(?:std\s*::\s*)?vector\s*<\s*(?:at|torch)\s*::"
-        r"\s*Tensor|\b(?:unordered_map|map|unordered_set|set)\s*<\s*(?:const\s+)?[\w:]*(?:\*|Tensor|uintptr_t)"),
-     "caches of results keyed by pointers or contents are not allowed; compute every call from its inputs"),
-    ("KERNEL_PROCESS", re.compile(r"\b(system|popen|fork|vfork|execv|execvp|execve|execl|execlp|execle|posix_spawnp?|"
-                                  r"dlopen|dlsym|kill|exit|_exit|_Exit|quick_exit)\s*\("),
-     "processes, exiting and dynamic loading are not allowed"),
-    ("KERNEL_FILE_IO", re.compile(r"\b(fopen|freopen|creat|unlink|rename|mmap|open|openat)\s*\(|\bstd\s*::\s*[io]?fstream\b|"
-                                  r"#\s*include\s*<fstream>"),
-     "files may not be read or written"),
-    ("KERNEL_ENV", re.compile(r"\b(getenv|secure_getenv|setenv|putenv|unsetenv|clearenv)\s*\(|\benviron\b"),
-     "environment variables may not be read or changed"),
-    ("KERNEL_TIMING", re.compile(r"\bcudaEvent(Create|Record|ElapsedTime|Query|Synchronize)\w*|\bclock_gettime\b|"
-                                 r"\bgettimeofday\b|\bstd\s*::\s*chrono\b|\bcupti\w*|\bcudaProfiler(Start|Stop)\b|"
-                                 r"%globaltimer|\b__globaltimer\b|\bnvtx\w*|\brdtsc\b"),
-     "the extension may not read timers or profile itself"),
-    ("KERNEL_LOAD_HOOK", re.compile(r"__attribute__\s*\(\(\s*(constructor|destructor)|\b(atexit|at_quick_exit)\s*\("),
-     "code may not run at load or exit; register bindings with REGISTER_BINDING only"),
-    ("KERNEL_DEVICE_STATE", re.compile(r"\bcuda(DeviceReset|SetDevice|SetDeviceFlags|DeviceSetLimit|DeviceSetCacheConfig|"
-                                       r"DeviceSetSharedMemConfig|DeviceSetMemPool|CtxResetPersistingL2Cache)\b|"
-                                       r"\bcu(CtxCreate|CtxDestroy|CtxSetCurrent|DevicePrimaryCtxReset)\w*"),
-     "the device's state may not be reset or reconfigured; use c10::cuda::CUDAGuard to pick the device"),
+    (
+        "KERNEL_STREAM",
+        re.compile(
+            r"\b(cudaStreamCreate\w*|cudaStreamPerThread|cudaLaunchHostFunc|cudaStreamAddCallback|"
+            r"cuStreamCreate\w*)\b"
+        ),
+        "launch every kernel on the caller's stream: c10::cuda::getCurrentCUDAStream()",
+    ),
+    (
+        "KERNEL_THREAD",
+        re.compile(r"\bstd\s*::\s*(thread|jthread|async)\b|\bpthread_create\b|#\s*include\s*<(thread|future)>"),
+        "threads are not allowed; parallelize inside kernels (OpenMP pragmas are fine on the CPU)",
+    ),
+    (
+        "KERNEL_STATIC_CACHE",
+        re.compile(
+            r"\bstatic\s+(?:thread_local\s+)?(?:const\s+)?(?:std\s*::\s*)?(?:unordered_map|map|unordered_set|set|multimap|"
+            r"unordered_multimap|deque|list)\s*<|\bstatic\s+(?:thread_local\s+)?(?:std\s*::\s*)?vector\s*<\s*(?:at|torch)\s*::"
+            r"\s*Tensor|\b(?:unordered_map|map|unordered_set|set)\s*<\s*(?:const\s+)?[\w:]*(?:\*|Tensor|uintptr_t)"
+        ),
+        "caches of results keyed by pointers or contents are not allowed; compute every call from its inputs",
+    ),
+    (
+        "KERNEL_PROCESS",
+        re.compile(
+            r"\b(system|popen|fork|vfork|execv|execvp|execve|execl|execlp|execle|posix_spawnp?|"
+            r"dlopen|dlsym|kill|exit|_exit|_Exit|quick_exit)\s*\("
+        ),
+        "processes, exiting and dynamic loading are not allowed",
+    ),
+    (
+        "KERNEL_FILE_IO",
+        re.compile(
+            r"\b(fopen|freopen|creat|unlink|rename|mmap|open|openat)\s*\(|\bstd\s*::\s*[io]?fstream\b|"
+            r"#\s*include\s*<fstream>"
+        ),
+        "files may not be read or written",
+    ),
+    (
+        "KERNEL_ENV",
+        re.compile(r"\b(getenv|secure_getenv|setenv|putenv|unsetenv|clearenv)\s*\(|\benviron\b"),
+        "environment variables may not be read or changed",
+    ),
+    (
+        "KERNEL_TIMING",
+        re.compile(
+            r"\bcudaEvent(Create|Record|ElapsedTime|Query|Synchronize)\w*|\bclock_gettime\b|"
+            r"\bgettimeofday\b|\bstd\s*::\s*chrono\b|\bcupti\w*|\bcudaProfiler(Start|Stop)\b|"
+            r"%globaltimer|\b__globaltimer\b|\bnvtx\w*|\brdtsc\b"
+        ),
+        "the extension may not read timers or profile itself",
+    ),
+    (
+        "KERNEL_LOAD_HOOK",
+        re.compile(r"__attribute__\s*\(\(\s*(constructor|destructor)|\b(atexit|at_quick_exit)\s*\("),
+        "code may not run at load or exit; register bindings with REGISTER_BINDING only",
+    ),
+    (
+        "KERNEL_DEVICE_STATE",
+        re.compile(
+            r"\bcuda(DeviceReset|SetDevice|SetDeviceFlags|DeviceSetLimit|DeviceSetCacheConfig|"
+            r"DeviceSetSharedMemConfig|DeviceSetMemPool|CtxResetPersistingL2Cache)\b|"
+            r"\bcu(CtxCreate|CtxDestroy|CtxSetCurrent|DevicePrimaryCtxReset)\w*"
+        ),
+        "the device's state may not be reset or reconfigured; use c10::cuda::CUDAGuard to pick the device",
+    ),
 ]
 
 
@@ -145,18 +204,26 @@ def _judge_qualified(ns: str, parts: list[str]) -> tuple[str, str] | None:
             return "KERNEL_STREAM", "switches or creates streams; launch on c10::cuda::getCurrentCUDAStream()"
         if last in CUDA_ALLOWED or _is_type_name(last) or len(parts) == 1:
             return None
-        return "KERNEL_DISPATCH_BYPASS", "calls an ATen CUDA function directly; write the computation as your own kernel"
+        return (
+            "KERNEL_DISPATCH_BYPASS",
+            "calls an ATen CUDA function directly; write the computation as your own kernel",
+        )
     if ns == "c10":
         return None
     if first in ("indexing", "detail"):
         return None
     if first in COMPUTE_NAMESPACES:
-        return "KERNEL_TORCH_COMPUTE", "computes with PyTorch; write the computation as a kernel (cuBLAS/cuDNN are allowed)"
+        return (
+            "KERNEL_TORCH_COMPUTE",
+            "computes with PyTorch; write the computation as a kernel (cuBLAS/cuDNN are allowed)",
+        )
     if _is_type_name(last) or last in ALLOWED_FUNCS:
         return None
-    return "KERNEL_TORCH_COMPUTE", ("computes with PyTorch inside the extension; only allocation (torch::empty*, "
-                                    "torch::zeros*) is allowed: write the computation as a kernel (cuBLAS for GEMM and "
-                                    "cuDNN for convolutions are allowed)")
+    return "KERNEL_TORCH_COMPUTE", (
+        "computes with PyTorch inside the extension; only allocation (torch::empty*, "
+        "torch::zeros*) is allowed: write the computation as a kernel (cuBLAS for GEMM and "
+        "cuDNN for convolutions are allowed)"
+    )
 
 
 def _is_type_name(name: str) -> bool:
@@ -166,7 +233,7 @@ def _is_type_name(name: str) -> bool:
 def _judge_include(kind: str, name: str) -> str | None:
     root = name.split("/")[0].split(".")[0]
     if any(root.lower().startswith(p.lower()) for p in THIRD_PARTY_INCLUDES):
-        return (f"includes <{name}>: only CUDA, cuBLAS, cuDNN, torch headers and the C++ standard library may be used")
+        return f"includes <{name}>: only CUDA, cuBLAS, cuDNN, torch headers and the C++ standard library may be used"
     if name.startswith("/") or name.count("../") > 1:
         return f'includes "{name}", outside the workspace'
     return None

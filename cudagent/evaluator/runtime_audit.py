@@ -23,7 +23,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 # Ops that only allocate or initialize fresh memory, give views, or read metadata. Anything else computes.
 ALLOCATION_OPS = frozenset(
     "empty empty_like empty_strided empty_permuted new_empty new_empty_strided zeros zeros_like new_zeros ones "
-    "ones_like new_ones full full_like new_full fill fill_ zero_ resize_ lift_fresh lift_fresh_copy scalar_tensor".split()
+    "ones_like new_ones full full_like new_full fill fill_ zero_ resize_ lift_fresh lift_fresh_copy "
+    "scalar_tensor".split()
 )
 VIEW_OPS = frozenset(
     "view _unsafe_view _reshape_alias as_strided detach alias t transpose permute expand expand_as squeeze unsqueeze "

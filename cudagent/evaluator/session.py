@@ -15,15 +15,27 @@ import socket
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 from cudagent.evaluator.wire import DEFAULT_MAX_FRAME, Channel, ChannelClosed, ChannelTimeout, FrameTooLarge
 from cudagent.procs import BoundedOutput, drain, kill_group
 from cudagent.resources import PACKAGE_DIR
 
 PASS_THROUGH_ENV = (
-    "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES",
-    "CXX", "CC", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TRITON_PTXAS_PATH", "NVIDIA_VISIBLE_DEVICES",
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TMPDIR",
+    "LD_LIBRARY_PATH",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "CXX",
+    "CC",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "TRITON_PTXAS_PATH",
+    "NVIDIA_VISIBLE_DEVICES",
 )
 DEFAULT_START_TIMEOUT_S = 180.0
 
@@ -99,14 +111,16 @@ class ChildProcess:
             reply = self.channel.recv(timeout=timeout_s, max_bytes=max_bytes)
         except ChannelTimeout:
             self.kill()
-            raise ChildFailure("TIMEOUT", f"{what} did not finish within {timeout_s:.0f} s; the process was killed",
-                               self.output.text()) from None
+            raise ChildFailure(
+                "TIMEOUT", f"{what} did not finish within {timeout_s:.0f} s; the process was killed", self.output.text()
+            ) from None
         except ChannelClosed:
             raise self._death(what) from None
         except (FrameTooLarge, ValueError) as exc:
             self.kill()
-            raise ChildFailure("CRASHED", f"{what}: the process sent an unusable message ({exc})",
-                               self.output.text()) from None
+            raise ChildFailure(
+                "CRASHED", f"{what}: the process sent an unusable message ({exc})", self.output.text()
+            ) from None
         if not isinstance(reply, dict):
             self.kill()
             raise ChildFailure("CRASHED", f"{what}: the process sent an unusable message", self.output.text())
@@ -124,15 +138,26 @@ class ChildProcess:
                 name = signal.Signals(-code).name
             except ValueError:
                 name = f"signal {-code}"
-            detail = {"SIGSEGV": " (segmentation fault)", "SIGABRT": " (abort)", "SIGKILL": " (killed: out of memory?)",
-                      "SIGBUS": " (bus error)", "SIGFPE": " (arithmetic error)"}.get(name, "")
-            return ChildFailure("CRASHED", f"the candidate's process died of {name}{detail} during {what}",
-                                self.output.text())
+            detail = {
+                "SIGSEGV": " (segmentation fault)",
+                "SIGABRT": " (abort)",
+                "SIGKILL": " (killed: out of memory?)",
+                "SIGBUS": " (bus error)",
+                "SIGFPE": " (arithmetic error)",
+            }.get(name, "")
+            return ChildFailure(
+                "CRASHED", f"the candidate's process died of {name}{detail} during {what}", self.output.text()
+            )
         if code == 0:
-            return ChildFailure("NO_RESULT", f"the candidate's process exited (status 0) during {what} without "
-                                "sending its result; printed output is never read as a result", self.output.text())
-        return ChildFailure("CRASHED", f"the candidate's process exited with status {code} during {what}",
-                            self.output.text())
+            return ChildFailure(
+                "NO_RESULT",
+                f"the candidate's process exited (status 0) during {what} without "
+                "sending its result; printed output is never read as a result",
+                self.output.text(),
+            )
+        return ChildFailure(
+            "CRASHED", f"the candidate's process exited with status {code} during {what}", self.output.text()
+        )
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -164,4 +189,3 @@ class ChildProcess:
 
     def output_tail(self, limit: int = 4000) -> str:
         return self.output.text()[-limit:]
-

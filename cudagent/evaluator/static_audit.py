@@ -18,27 +18,57 @@ ALLOWED_MODULES = frozenset(
     "cuda_extension os __future__ warnings".split()
 )
 FORBIDDEN_TORCH = {
-    "torch._dynamo": "TORCH_COMPILE", "torch._inductor": "TORCH_COMPILE", "torch.compile": "TORCH_COMPILE",
-    "torch.jit": "TORCH_COMPILE", "torch.fx": "TORCH_COMPILE", "torch.export": "TORCH_COMPILE",
-    "torch._C": "PRIVATE_TORCH_API", "torch._ops": "PRIVATE_TORCH_API", "torch.ops.aten": "PRIVATE_TORCH_API",
-    "torch.ops.prims": "PRIVATE_TORCH_API", "torch._prims": "PRIVATE_TORCH_API", "torch._refs": "PRIVATE_TORCH_API",
-    "torch._decomp": "PRIVATE_TORCH_API", "torch._subclasses": "TENSOR_SUBCLASS", "torch.overrides": "TENSOR_SUBCLASS",
-    "torch.utils._python_dispatch": "PRIVATE_TORCH_API", "torch.library": "PRIVATE_TORCH_API",
-    "torch._library": "PRIVATE_TORCH_API", "torch.utils._pytree": "PRIVATE_TORCH_API",
-    "torch.cuda.Stream": "STREAM_USE", "torch.cuda.stream": "STREAM_USE", "torch.cuda.set_stream": "STREAM_USE",
-    "torch.cuda.ExternalStream": "STREAM_USE", "torch.Stream": "STREAM_USE", "torch.cuda.StreamContext": "STREAM_USE",
-    "torch.cuda.graph": "CUDA_GRAPH", "torch.cuda.graphs": "CUDA_GRAPH", "torch.cuda.CUDAGraph": "CUDA_GRAPH",
+    "torch._dynamo": "TORCH_COMPILE",
+    "torch._inductor": "TORCH_COMPILE",
+    "torch.compile": "TORCH_COMPILE",
+    "torch.jit": "TORCH_COMPILE",
+    "torch.fx": "TORCH_COMPILE",
+    "torch.export": "TORCH_COMPILE",
+    "torch._C": "PRIVATE_TORCH_API",
+    "torch._ops": "PRIVATE_TORCH_API",
+    "torch.ops.aten": "PRIVATE_TORCH_API",
+    "torch.ops.prims": "PRIVATE_TORCH_API",
+    "torch._prims": "PRIVATE_TORCH_API",
+    "torch._refs": "PRIVATE_TORCH_API",
+    "torch._decomp": "PRIVATE_TORCH_API",
+    "torch._subclasses": "TENSOR_SUBCLASS",
+    "torch.overrides": "TENSOR_SUBCLASS",
+    "torch.utils._python_dispatch": "PRIVATE_TORCH_API",
+    "torch.library": "PRIVATE_TORCH_API",
+    "torch._library": "PRIVATE_TORCH_API",
+    "torch.utils._pytree": "PRIVATE_TORCH_API",
+    "torch.cuda.Stream": "STREAM_USE",
+    "torch.cuda.stream": "STREAM_USE",
+    "torch.cuda.set_stream": "STREAM_USE",
+    "torch.cuda.ExternalStream": "STREAM_USE",
+    "torch.Stream": "STREAM_USE",
+    "torch.cuda.StreamContext": "STREAM_USE",
+    "torch.cuda.graph": "CUDA_GRAPH",
+    "torch.cuda.graphs": "CUDA_GRAPH",
+    "torch.cuda.CUDAGraph": "CUDA_GRAPH",
     "torch.cuda.make_graphed_callables": "CUDA_GRAPH",
-    "torch.manual_seed": "RNG_MANIPULATION", "torch.seed": "RNG_MANIPULATION", "torch.random": "RNG_MANIPULATION",
-    "torch.cuda.manual_seed": "RNG_MANIPULATION", "torch.cuda.manual_seed_all": "RNG_MANIPULATION",
-    "torch.set_rng_state": "RNG_MANIPULATION", "torch.get_rng_state": "RNG_MANIPULATION",
-    "torch.cuda.set_rng_state": "RNG_MANIPULATION", "torch.cuda.get_rng_state": "RNG_MANIPULATION",
+    "torch.manual_seed": "RNG_MANIPULATION",
+    "torch.seed": "RNG_MANIPULATION",
+    "torch.random": "RNG_MANIPULATION",
+    "torch.cuda.manual_seed": "RNG_MANIPULATION",
+    "torch.cuda.manual_seed_all": "RNG_MANIPULATION",
+    "torch.set_rng_state": "RNG_MANIPULATION",
+    "torch.get_rng_state": "RNG_MANIPULATION",
+    "torch.cuda.set_rng_state": "RNG_MANIPULATION",
+    "torch.cuda.get_rng_state": "RNG_MANIPULATION",
     "torch.initial_seed": "RNG_MANIPULATION",
-    "torch.load": "FILE_IO", "torch.save": "FILE_IO", "torch.from_file": "FILE_IO",
-    "torch.profiler": "TIMING_AWARE", "torch.autograd.profiler": "TIMING_AWARE", "torch.cuda.Event": "TIMING_AWARE",
-    "torch.utils.benchmark": "TIMING_AWARE", "torch.cuda.nvtx": "TIMING_AWARE",
-    "torch.multiprocessing": "PROCESS_OR_SYSTEM", "torch.distributed": "PROCESS_OR_SYSTEM",
-    "torch.Tensor._make_subclass": "TENSOR_SUBCLASS", "torch.Tensor._make_wrapper_subclass": "TENSOR_SUBCLASS",
+    "torch.load": "FILE_IO",
+    "torch.save": "FILE_IO",
+    "torch.from_file": "FILE_IO",
+    "torch.profiler": "TIMING_AWARE",
+    "torch.autograd.profiler": "TIMING_AWARE",
+    "torch.cuda.Event": "TIMING_AWARE",
+    "torch.utils.benchmark": "TIMING_AWARE",
+    "torch.cuda.nvtx": "TIMING_AWARE",
+    "torch.multiprocessing": "PROCESS_OR_SYSTEM",
+    "torch.distributed": "PROCESS_OR_SYSTEM",
+    "torch.Tensor._make_subclass": "TENSOR_SUBCLASS",
+    "torch.Tensor._make_wrapper_subclass": "TENSOR_SUBCLASS",
     "torch.Tensor.as_subclass": "TENSOR_SUBCLASS",
 }
 GLOBAL_STATE_CALLS = frozenset(
@@ -59,7 +89,9 @@ IDENTITY_ATTRS = frozenset(
 OS_ALLOWED = frozenset({"path", "sep", "cpu_count", "getenv", "environ"})
 SYS_ALLOWED = frozenset({"version_info", "platform", "maxsize", "byteorder"})
 ENV_WRITABLE = frozenset({"TORCH_CUDA_ARCH_LIST", "MAX_JOBS"})
-MODULE_ROOTS_PATCHABLE = frozenset({"torch", "math", "os", "sys", "time", "builtins", "functools", "operator", "collections"})
+MODULE_ROOTS_PATCHABLE = frozenset(
+    {"torch", "math", "os", "sys", "time", "builtins", "functools", "operator", "collections"}
+)
 
 
 @dataclass
@@ -79,7 +111,9 @@ def audit_model_new(source: str, filename: str = "model_new.py") -> list[Violati
     visitor.visit(tree)
     findings = visitor.findings
     if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body):
-        findings.append(_Finding("NO_MODELNEW", 1, "defines no top-level class ModelNew; define `class ModelNew(nn.Module)`"))
+        findings.append(
+            _Finding("NO_MODELNEW", 1, "defines no top-level class ModelNew; define `class ModelNew(nn.Module)`")
+        )
     for node in ast.walk(tree):  # C++ held in strings (load_inline sources)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and _looks_like_cpp(node.value):
             for v in scan_cpp(node.value, f"{filename}:{node.lineno} (C++ source string)"):
@@ -129,11 +163,19 @@ class _Auditor(ast.NodeVisitor):
     def _check_module(self, node: ast.AST, name: str) -> None:
         root = name.split(".")[0]
         if root in ("model", "reference"):
-            self.flag(node, "REFERENCE_ACCESS", f"imports `{name}`: the candidate may not use the reference model; "
-                      "implement the computation with your kernels")
+            self.flag(
+                node,
+                "REFERENCE_ACCESS",
+                f"imports `{name}`: the candidate may not use the reference model; "
+                "implement the computation with your kernels",
+            )
         elif root not in ALLOWED_MODULES:
-            self.flag(node, "FORBIDDEN_IMPORT", f"imports `{name}`; model_new.py may import torch, cuda_extension "
-                      f"and the standard modules {', '.join(sorted(ALLOWED_MODULES - {'torch', 'cuda_extension'}))}")
+            self.flag(
+                node,
+                "FORBIDDEN_IMPORT",
+                f"imports `{name}`; model_new.py may import torch, cuda_extension "
+                f"and the standard modules {', '.join(sorted(ALLOWED_MODULES - {'torch', 'cuda_extension'}))}",
+            )
         else:
             self._check_path(node, name)
 
@@ -191,16 +233,22 @@ class _Auditor(ast.NodeVisitor):
             elif fn.id in ("setattr", "delattr") and node.args:
                 target = self._resolve(node.args[0])
                 if target or (isinstance(node.args[0], ast.Name) and node.args[0].id in MODULE_ROOTS_PATCHABLE):
-                    self.flag(node, "MONKEY_PATCH", f"calls `{fn.id}` on `{target or node.args[0].id}`: "
-                              f"{_ADVICE['MONKEY_PATCH']}")
+                    self.flag(
+                        node,
+                        "MONKEY_PATCH",
+                        f"calls `{fn.id}` on `{target or node.args[0].id}`: {_ADVICE['MONKEY_PATCH']}",
+                    )
             elif fn.id == "getattr" and len(node.args) >= 2:
                 target = self._resolve(node.args[0])
                 name = node.args[1]
                 if target and isinstance(name, ast.Constant) and isinstance(name.value, str):
                     self._check_path(node, f"{target}.{name.value}")
                 elif target:
-                    self.flag(node, "DYNAMIC_CODE", f"calls getattr on `{target}` with a computed name: "
-                              f"{_ADVICE['DYNAMIC_CODE']}")
+                    self.flag(
+                        node,
+                        "DYNAMIC_CODE",
+                        f"calls getattr on `{target}` with a computed name: {_ADVICE['DYNAMIC_CODE']}",
+                    )
         self.generic_visit(node)
 
     # ----- definitions and assignments ------------------------------------------------------------------------
@@ -211,11 +259,15 @@ class _Auditor(ast.NodeVisitor):
             if path in ("torch.Tensor", "torch.nn.Parameter", "torch.nn.parameter.Parameter", "Tensor"):
                 self.flag(node, "TENSOR_SUBCLASS", f"class {node.name} subclasses {path}: {_ADVICE['TENSOR_SUBCLASS']}")
             if path.split(".")[-1] == "Model" or path.startswith("model."):
-                self.flag(node, "REFERENCE_ACCESS", f"class {node.name} subclasses the reference Model; "
-                          "ModelNew must implement forward itself")
+                self.flag(
+                    node,
+                    "REFERENCE_ACCESS",
+                    f"class {node.name} subclasses the reference Model; ModelNew must implement forward itself",
+                )
         for item in node.body:
             if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in (
-                "__torch_function__", "__torch_dispatch__"
+                "__torch_function__",
+                "__torch_dispatch__",
             ):
                 self.flag(item, "TENSOR_SUBCLASS", f"defines {item.name}: {_ADVICE['TENSOR_SUBCLASS']}")
             if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in ("__del__",):
@@ -230,7 +282,9 @@ class _Auditor(ast.NodeVisitor):
 
     def visit_With(self, node: ast.With) -> None:
         for item in node.items:
-            path = self._resolve(item.context_expr.func if isinstance(item.context_expr, ast.Call) else item.context_expr)
+            path = self._resolve(
+                item.context_expr.func if isinstance(item.context_expr, ast.Call) else item.context_expr
+            )
             if path and path.startswith("contextlib"):
                 self.flag(node, "TRY_EXCEPT", _ADVICE["TRY_EXCEPT"])
         self.generic_visit(node)
@@ -283,5 +337,6 @@ _ADVICE = {
     "DATA_PTR_CACHE": "results may not be keyed on tensor identity or storage; compute every call from the inputs",
     "DYNAMIC_CODE": "dynamic code is not allowed; write the code in model_new.py",
     "MONKEY_PATCH": "modules' attributes may not be replaced",
-    "TRY_EXCEPT": "try/except (and contextlib.suppress) is not allowed: a fallback hides a failing kernel; let errors raise",
+    "TRY_EXCEPT": "try/except (and contextlib.suppress) is not allowed: a fallback hides a failing kernel; let "
+    "errors raise",
 }

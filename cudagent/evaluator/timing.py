@@ -111,8 +111,10 @@ class BaselineTimer:
             base = {"name": self.task.name, "source": self.task.source, "device": self.device.kind}
             seeds = [secrets.randbits(62) for _ in range(INPUT_SETS)]
             steps = [
-                ({"op": "load_reference", **base, "seed": secrets.randbits(62), "compile_mode": compile_mode},
-                 "loading the reference"),
+                (
+                    {"op": "load_reference", **base, "seed": secrets.randbits(62), "compile_mode": compile_mode},
+                    "loading the reference",
+                ),
                 ({"op": "reference_sets", "seeds": seeds, "device": self.device.kind}, "drawing inputs"),
                 ({"op": "time", "plan": asdict(plan)}, "timing"),
             ]
@@ -121,8 +123,10 @@ class BaselineTimer:
                     for msg, what in steps:
                         reply = ref.request(msg, timeout_s=BASELINE_TIMEOUT_S, max_bytes=1 << 30, what=what)
                         if not reply.get("ok", False):
-                            raise BaselineError(f"the {label} baseline could not be timed ({what}): "
-                                                f"{str(reply.get('error')).strip()[:400]}")
+                            raise BaselineError(
+                                f"the {label} baseline could not be timed ({what}): "
+                                f"{str(reply.get('error')).strip()[:400]}"
+                            )
             except ChildFailure as exc:
                 raise BaselineError(f"the {label} baseline could not be timed: {exc.message}") from exc
             results[label] = Measurement.of(reply)
@@ -142,17 +146,21 @@ def compile_cache_env() -> dict[str, str]:
     }
 
 
-def time_candidate(child: ChildProcess, task: Task, ref_model, device: DeviceInfo, plan: Plan,
-                   tol: Tolerance, timeout_s: float) -> tuple[Measurement, list[Violation]]:
+def time_candidate(
+    child: ChildProcess, task: Task, ref_model, device: DeviceInfo, plan: Plan, tol: Tolerance, timeout_s: float
+) -> tuple[Measurement, list[Violation]]:
     """Time the candidate already loaded in `child`; re-check outputs of randomly chosen timed iterations."""
     sets = [task.make_inputs(secrets.randbits(62), device.kind) for _ in range(INPUT_SETS)]
     expected = [task.run(ref_model, s) for s in sets]
     picks = sorted({secrets.randbelow(plan.min_samples) for _ in range(RECHECKS)})
     plan = Plan(**{**asdict(plan), "recheck": tuple(picks)})
     out_bytes = sum(_nbytes(e) for e in expected)
-    reply = child.request({"op": "time", "plan": asdict(plan), "inputs": [[x.cpu() for x in s] for s in sets]},
-                          timeout_s=timeout_s, max_bytes=64 * 1024 * 1024 + 2 * RECHECKS * out_bytes,
-                          what="timing the candidate")
+    reply = child.request(
+        {"op": "time", "plan": asdict(plan), "inputs": [[x.cpu() for x in s] for s in sets]},
+        timeout_s=timeout_s,
+        max_bytes=64 * 1024 * 1024 + 2 * RECHECKS * out_bytes,
+        what="timing the candidate",
+    )
     if not reply.get("ok", False):
         return None, [Violation("FORWARD_RAISED", f"[timing] ModelNew.forward raised {reply.get('error')}")]
     violations = []
@@ -163,8 +171,13 @@ def time_candidate(child: ChildProcess, task: Task, ref_model, device: DeviceInf
             continue
         result = compare(expected[k], kept["outputs"], tol)
         if not result.ok:
-            violations.append(Violation("TIMED_OUTPUT_MISMATCH", f"[timing, iteration {index}] "
-                                        f"{result.violations[0].message}; outputs must stay right while being timed"))
+            violations.append(
+                Violation(
+                    "TIMED_OUTPUT_MISMATCH",
+                    f"[timing, iteration {index}] "
+                    f"{result.violations[0].message}; outputs must stay right while being timed",
+                )
+            )
             break
     if picks and not reply.get("kept"):
         violations.append(Violation("TIMED_OUTPUT_MISMATCH", "[timing] no timed outputs came back for re-checking"))

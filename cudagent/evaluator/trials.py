@@ -58,7 +58,7 @@ def stress_inputs(inputs: list[torch.Tensor], seed: int, mild: bool = False) -> 
         comb = _comb(x, gen) if not mild else torch.zeros(x.shape, dtype=torch.bool, device=x.device)
         if unit:
             r = torch.rand(x.shape, generator=gen, device=x.device)
-            y = torch.where(comb, r ** 0.25, r ** 4)
+            y = torch.where(comb, r**0.25, r**4)
         elif nonneg:
             y = std * (a * t).abs() * torch.where(comb, 3.0, 1.0) + 1e-3 * std
         else:
@@ -68,7 +68,9 @@ def stress_inputs(inputs: list[torch.Tensor], seed: int, mild: bool = False) -> 
             if unit:
                 y = torch.where(spikes, torch.ones_like(y), y)
             else:
-                sign = 1.0 if nonneg else torch.where(torch.rand(x.shape, generator=gen, device=x.device) < 0.5, -1.0, 1.0)
+                sign = (
+                    1.0 if nonneg else torch.where(torch.rand(x.shape, generator=gen, device=x.device) < 0.5, -1.0, 1.0)
+                )
                 y = torch.where(spikes, mean + sign * 10 * std, y)
         out.append(y.to(x.dtype))
     return out
@@ -92,7 +94,7 @@ def sparse_mutation(inputs: list[torch.Tensor], seed: int) -> tuple[list[torch.T
             else:
                 block = mean + 4 * std * torch.randn((n,), generator=gen, device=x.device)
                 block = block.abs() if nonneg else block
-            flat[start:start + n] = block.to(x.dtype)
+            flat[start : start + n] = block.to(x.dtype)
             changed = True
         out.append(y)
     return out, changed

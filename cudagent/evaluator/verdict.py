@@ -56,8 +56,9 @@ def _median(xs: list[float]) -> float:
     return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
 
 
-def reward_tier(correct: bool, candidate: float | None, eager: float | None, compiled: float | None,
-                margin: float = TIER_MARGIN) -> int:
+def reward_tier(
+    correct: bool, candidate: float | None, eager: float | None, compiled: float | None, margin: float = TIER_MARGIN
+) -> int:
     """The CUDA Agent reward: -1 incorrect; 1 correct; 2 faster than eager; 3 at least `margin` faster than both.
 
     "x faster" means a speedup (baseline time over candidate time) of at least 1 + x.
@@ -131,8 +132,9 @@ class Verdict:
         d["violations"] = [v.to_dict() for v in self.violations]
         return d
 
-    def set_times(self, eager: float | None, compiled: float | None, candidate: float | None,
-                  margin: float = TIER_MARGIN) -> None:
+    def set_times(
+        self, eager: float | None, compiled: float | None, candidate: float | None, margin: float = TIER_MARGIN
+    ) -> None:
         self.time_ms = {"eager": eager, "compile": compiled, "candidate": candidate}
         if candidate and candidate > 0:
             self.speedup_vs_eager = eager / candidate if eager else None

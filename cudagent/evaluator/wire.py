@@ -197,7 +197,7 @@ class Channel:
                 raise FrameTooLarge(f"a message of {total} bytes was announced; at most {max_bytes} are accepted")
             doc = self._exact(n_doc)
             buffers = [self._exact(n) for n in sizes]
-        except socket.timeout as exc:
+        except TimeoutError as exc:
             raise ChannelTimeout() from exc
         finally:
             self.sock.settimeout(None)

@@ -73,8 +73,9 @@ class Runner:
         key = (case.task, case.static_audit)
         if key not in self.evaluators:
             task = load_task(TASKS / f"{case.task}.py")
-            self.evaluators[key] = Evaluator(task, self.device, EvalOptions(timing=False,
-                                                                            audit_static=case.static_audit))
+            self.evaluators[key] = Evaluator(
+                task, self.device, EvalOptions(timing=False, audit_static=case.static_audit)
+            )
         return self.evaluators[key]
 
     def workspace(self, case: Case) -> Workspace:
@@ -83,7 +84,9 @@ class Runner:
         kernels = self.kernels_dir(case)
         prebuilt = self.built.get(kernels) if kernels is not None else None
         if prebuilt is not None:
-            shutil.copytree(prebuilt, root)  # sources, fixed files and objects keep their times: ninja has nothing to do
+            shutil.copytree(
+                prebuilt, root
+            )  # sources, fixed files and objects keep their times: ninja has nothing to do
             (root / "model.py").chmod(0o644)
             (root / "model.py").unlink()
         ws = Workspace.create(root, ev.task.source)

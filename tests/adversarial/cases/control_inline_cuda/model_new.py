@@ -1,4 +1,3 @@
-import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
@@ -21,8 +20,9 @@ torch::Tensor vadd_cuda(torch::Tensor a, torch::Tensor b, double alpha) {
 
 cpp_source = "torch::Tensor vadd_cuda(torch::Tensor a, torch::Tensor b, double alpha);"
 
-vadd_ext = load_inline(name="vadd_inline_cuda", cpp_sources=cpp_source, cuda_sources=cuda_source,
-                       functions=["vadd_cuda"], verbose=False)
+vadd_ext = load_inline(
+    name="vadd_inline_cuda", cpp_sources=cpp_source, cuda_sources=cuda_source, functions=["vadd_cuda"], verbose=False
+)
 
 
 class ModelNew(nn.Module):

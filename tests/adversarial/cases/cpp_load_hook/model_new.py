@@ -1,6 +1,5 @@
-import torch.nn as nn
-
 import cuda_extension
+import torch.nn as nn
 
 
 class ModelNew(nn.Module):

@@ -1,8 +1,7 @@
 import os
 
-import torch.nn as nn
-
 import cuda_extension
+import torch.nn as nn
 
 os.environ["CUDA_LAUNCH_BLOCKING"] = "1"
 os.environ.update({"TORCHINDUCTOR_CACHE_DIR": "/tmp/poisoned"})

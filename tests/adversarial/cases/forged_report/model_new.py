@@ -1,8 +1,7 @@
 import os
 
-import torch.nn as nn
-
 import cuda_extension  # noqa: F401
+import torch.nn as nn
 
 
 class ModelNew(nn.Module):

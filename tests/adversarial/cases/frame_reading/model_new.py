@@ -1,8 +1,7 @@
 import sys
 
-import torch.nn as nn
-
 import cuda_extension
+import torch.nn as nn
 
 
 class ModelNew(nn.Module):

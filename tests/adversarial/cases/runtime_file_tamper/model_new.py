@@ -1,8 +1,7 @@
 import os
 
-import torch.nn as nn
-
 import cuda_extension
+import torch.nn as nn
 
 here = os.path.dirname(__file__)
 for name in ("model.py", "binding.cpp"):

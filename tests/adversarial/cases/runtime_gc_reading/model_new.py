@@ -1,9 +1,8 @@
 import gc
 
+import cuda_extension
 import torch
 import torch.nn as nn
-
-import cuda_extension
 
 
 class ModelNew(nn.Module):

@@ -1,6 +1,5 @@
-import torch.nn as nn
-
 import cuda_extension  # noqa: F401  (imported to look like a real candidate)
+import torch.nn as nn
 
 
 class ModelNew(nn.Module):

@@ -1,0 +1,63 @@
+"""Output comparison: NaN is never a wildcard, types and structure are exact, tolerances follow the dtype."""
+
+import torch
+
+from cudagent.evaluator.compare import Tolerance, compare
+from cudagent.evaluator.wire import WireTensor
+
+
+def codes(expected, got, **kw):
+    return [v.code for v in compare(expected, got, Tolerance(**kw)).violations]
+
+
+def test_close_values_pass_and_errors_are_measured():
+    e = torch.randn(100)
+    r = compare(e, e + 5e-3, Tolerance())
+    assert r.ok and abs(r.max_abs_error - 5e-3) < 1e-6 and 0 < r.worst_tolerance_ratio < 1
+
+
+def test_values_beyond_tolerance_fail_with_the_worst_index():
+    e = torch.zeros(4, 4)
+    g = e.clone()
+    g[2, 3] = 0.5
+    r = compare(e, g, Tolerance())
+    assert [v.code for v in r.violations] == ["OUTPUT_MISMATCH"]
+    assert "index (2, 3)" in r.violations[0].message and "1 of 16" in r.violations[0].message
+
+
+def test_nan_is_never_a_wildcard():
+    e = torch.tensor([1.0, float("nan"), float("inf")])
+    assert codes(e, torch.tensor([1.0, float("nan"), float("inf")])) == []
+    assert codes(e, torch.tensor([float("nan"), float("nan"), float("inf")])) == ["OUTPUT_NOT_FINITE"]
+    assert codes(e, torch.tensor([1.0, 0.0, float("inf")])) == ["OUTPUT_NOT_FINITE"]
+    assert codes(e, torch.tensor([1.0, float("nan"), float("-inf")])) == ["OUTPUT_NOT_FINITE"]
+
+
+def test_type_shape_dtype_device_structure():
+    e = torch.ones(3)
+    assert codes(e, torch.ones(4)) == ["OUTPUT_SHAPE"]
+    assert codes(e, torch.ones(3, dtype=torch.float64)) == ["OUTPUT_DTYPE"]
+    assert codes(e, WireTensor("evil.Lazy", "float32", [3], "cpu")) == ["OUTPUT_TYPE"]
+    assert codes((e, e), [e, e]) == ["OUTPUT_TYPE"]
+    assert codes((e, e), (e,)) == ["OUTPUT_TYPE"]
+    g = torch.ones(3)
+    g.wire_device = "cuda:0"
+    assert codes(e, g) == ["OUTPUT_DEVICE"]
+    assert compare(e, g, Tolerance(), check_device=False).ok
+
+
+def test_integers_must_match_exactly():
+    assert codes(torch.tensor([1, 2, 3]), torch.tensor([1, 2, 4])) == ["OUTPUT_MISMATCH"]
+
+
+def test_tolerance_by_dtype_and_override():
+    e = torch.full((8,), 1.0, dtype=torch.bfloat16)
+    assert codes(e, e + 0.03) == []  # bf16 defaults to 2e-2 each: 0.02 + 0.02 * 1
+    assert codes(torch.ones(8), torch.ones(8) + 0.03) == ["OUTPUT_MISMATCH"]  # fp32: 0.01 + 0.01
+    assert codes(torch.ones(8), torch.ones(8) + 0.03, atol=0.1) == []
+
+
+def test_relative_l2_error():
+    e = torch.ones(1000)
+    r = compare(e, e * (1 + 1e-3), Tolerance())
+    assert abs(r.rel_l2 - 1e-3) < 1e-5

@@ -1,0 +1,15 @@
+"""The doctest examples in the modules that carry them."""
+
+import doctest
+
+import pytest
+
+import cudagent.evaluator.runtime_audit
+import cudagent.evaluator.verdict
+import cudagent.hardware
+
+
+@pytest.mark.parametrize("module", [cudagent.evaluator.verdict, cudagent.hardware, cudagent.evaluator.runtime_audit])
+def test_doctests(module):
+    failures, tried = doctest.testmod(module)
+    assert tried > 0 and failures == 0

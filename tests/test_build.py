@@ -1,0 +1,115 @@
+"""The incremental CPU build: real compiler, real ninja. Only changed sources recompile; errors are cut to file:line."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cudagent.build import build_workspace, toolchain_for
+from cudagent.errors import EnvironmentProblem
+from cudagent.hardware import resolve_device
+from cudagent.workspace import Workspace
+
+KERNEL = """#include <pybind11/pybind11.h>
+#include "{header}"
+#include "common.h"
+static int {name}() {{ return VALUE + {bump}; }}
+static void register_{name}(pybind11::module& m) {{ m.def("{name}", &{name}); }}
+REGISTER_BINDING({name}, register_{name});
+"""
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return resolve_device("cpu")
+
+
+def make(tmp_path, name="ws"):
+    ws = Workspace.create(tmp_path / name, "import torch\n")
+    (ws.kernels_dir / "common.h").write_text("#define VALUE 40\n")
+    (ws.kernels_dir / "a.cpp").write_text(KERNEL.format(header="../binding_registry.h", name="a", bump=1))
+    (ws.kernels_dir / "b.cpp").write_text(KERNEL.format(header="binding_registry.h", name="b", bump=2))
+    (ws.kernels_dir / "ignored.cu").write_text("this is not C++ and must not be compiled on the CPU")
+    return ws
+
+
+def call(ws, fn):
+    code = f"import sys; sys.path.insert(0, {str(ws.build_dir)!r}); import cuda_extension; print(cuda_extension.{fn}())"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def touch_later(path, text):
+    time.sleep(0.01)
+    path.write_text(text)
+    later = time.time() + 2
+    os.utime(path, (later, later))
+
+
+def test_incremental_build(tmp_path, cpu):
+    ws = make(tmp_path)
+    first = build_workspace(ws, cpu)
+    assert first.ok, first.errors
+    assert sorted(first.recompiled) == ["binding.cpp", "kernels/a.cpp", "kernels/b.cpp"]
+    assert call(ws, "a") == "41" and call(ws, "b") == "42"  # both include styles of the registry work
+    again = build_workspace(ws, cpu)
+    assert again.ok and again.recompiled == []
+    touch_later(ws.kernels_dir / "a.cpp", KERNEL.format(header="../binding_registry.h", name="a", bump=5))
+    third = build_workspace(ws, cpu)
+    assert third.recompiled == ["kernels/a.cpp"]
+    assert call(ws, "a") == "45"
+    touch_later(ws.kernels_dir / "common.h", "#define VALUE 100\n")
+    fourth = build_workspace(ws, cpu)
+    assert sorted(fourth.recompiled) == ["kernels/a.cpp", "kernels/b.cpp"]  # header dependencies are tracked
+    assert call(ws, "b") == "102"
+
+
+def test_a_moved_workspace_needs_no_rebuild(tmp_path, cpu):
+    ws = make(tmp_path)
+    assert build_workspace(ws, cpu).ok
+    moved = Workspace(tmp_path / "moved")
+    shutil.copytree(ws.root, moved.root)
+    assert build_workspace(moved, cpu).recompiled == []
+
+
+def test_restores_fixed_files_before_building(tmp_path, cpu):
+    ws = make(tmp_path)
+    (ws.root / "binding.cpp").write_text("#error tampered\n")
+    result = build_workspace(ws, cpu)
+    assert result.ok and result.restored == ["binding.cpp"]
+
+
+def test_compile_errors_are_cut_to_file_and_line(tmp_path, cpu):
+    ws = make(tmp_path)
+    (ws.kernels_dir / "bad.cpp").write_text(
+        "#include <pybind11/pybind11.h>\nint f() {\n  return undefined_name + 1;\n}\n"
+    )
+    result = build_workspace(ws, cpu)
+    assert not result.ok
+    assert result.errors.startswith("1 compiler error(s)")
+    assert "kernels/bad.cpp:3:" in result.errors and "undefined_name" in result.errors
+    assert str(ws.root) not in result.errors and len(result.errors) < 2000
+    assert len(result.log) > len(result.errors)
+
+
+def test_build_timeout_kills_the_compiler(tmp_path, cpu):
+    ws = make(tmp_path)
+    result = build_workspace(ws, cpu, timeout_s=0.3)
+    assert not result.ok and result.timed_out
+    assert "0 s limit" in result.errors or "limit" in result.errors
+    time.sleep(0.2)
+    procs = subprocess.run(["pgrep", "-f", str(ws.build_dir)], capture_output=True, text=True).stdout
+    assert procs.strip() == ""
+
+
+def test_missing_compiler_is_an_environment_problem(monkeypatch):
+    cpu = resolve_device("cpu")
+    toolchain_for.cache_clear()
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    try:
+        with pytest.raises(EnvironmentProblem, match="compiler"):
+            toolchain_for(cpu)
+    finally:
+        toolchain_for.cache_clear()
