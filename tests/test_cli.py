@@ -144,4 +144,6 @@ def test_timing_decides_the_tier_on_cpu(tmp_path):
     assert all(isinstance(times[k], float) and times[k] > 0 for k in ("eager", "compile", "candidate"))
     assert verdict["tier"] in (1, 2, 3)
     assert verdict["speedup_vs_eager"] == pytest.approx(times["eager"] / times["candidate"])
-    assert verdict["timing"]["candidate"]["event_ms"]["samples"] >= 100
+    candidate = verdict["timing"]["targets"]["candidate"]
+    assert candidate["event_ms"]["samples"] >= 100 and candidate["event_ms"]["p10"] <= candidate["event_ms"]["p90"]
+    assert verdict["timing"]["roofline"]["cost"]["bytes"] == 3 * (1 << 24) * 4

@@ -1,4 +1,8 @@
-"""`cudagent check TASK CANDIDATE`: build, audit, verify and time a candidate; print its verdict."""
+"""`cudagent check` and `cudagent profile`: build, audit, verify and time a candidate; print its verdict.
+
+Both run the same evaluation; `profile` prints the full hardware feedback (roofline, kernel breakdowns, the
+interleaved confirmation, optionally Nsight Compute) where `check` prints a few lines.
+"""
 
 from __future__ import annotations
 
@@ -18,41 +22,126 @@ class DeviceChoice(str, Enum):
     cpu = "cpu"
 
 
+EXIT_CODES = (
+    "Exit codes: 0 correct, 1 rejected (incorrect, a violation, a build failure, a crash or a hang), "
+    "2 bad task or candidate path, 3 environment problem (no GPU for --device cuda, no compiler)."
+)
+TASK_ARG = typer.Argument(
+    ..., help="The task file: a KernelBench-style module defining Model, get_inputs and get_init_inputs."
+)
+CANDIDATE_ARG = typer.Argument(
+    ...,
+    help="A workspace directory holding model_new.py (and kernels/), or a "
+    "model_new.py file (KernelBench's single-file format is accepted).",
+)
+DEVICE_OPT = typer.Option(DeviceChoice.auto, help="Where to evaluate: the GPU (CUDA kernels) or the CPU (C++ kernels).")
+JSON_OPT = typer.Option(False, "--json", help="Print exactly one JSON object on stdout.")
+ATOL_OPT = typer.Option(None, help="Absolute tolerance for all outputs (default: by dtype, 1e-2 for fp32).")
+RTOL_OPT = typer.Option(None, help="Relative tolerance for all outputs (default: by dtype, 1e-2 for fp32).")
+COMPILE_OPT = typer.Option(
+    "default", help="torch.compile mode of the baseline: default, max-autotune or reduce-overhead."
+)
+MARGIN_OPT = typer.Option(0.05, help="How much faster than both baselines tier 3 needs (0.05 = 5%).")
+CALL_TIMEOUT_OPT = typer.Option(120.0, help="Seconds one forward call may take before it counts as a hang.")
+BUILD_TIMEOUT_OPT = typer.Option(600.0, help="Seconds the build may take.")
+
+
 @app.command(
     epilog="Examples:\n\n"
     "  cudagent check examples/tasks/axpby.py examples/solutions/cuda/axpby\n\n"
-    "  cudagent check examples/tasks/softmax.py examples/solutions/cpu/softmax --device cpu --json\n\n"
-    "Exit codes: 0 correct, 1 rejected (incorrect, a violation, a build failure, a crash or a hang), "
-    "2 bad task or candidate path, 3 environment problem (no GPU for --device cuda, no compiler).",
+    "  cudagent check examples/tasks/softmax.py examples/solutions/cpu/softmax --device cpu --json\n\n" + EXIT_CODES
 )
 def check(
-    task: Path = typer.Argument(
-        ..., help="The task file: a KernelBench-style module defining Model, get_inputs and get_init_inputs."
-    ),
-    candidate: Path = typer.Argument(
-        ...,
-        help="A workspace directory holding model_new.py (and kernels/), or a "
-        "model_new.py file (KernelBench's single-file format is accepted).",
-    ),
-    device: DeviceChoice = typer.Option(
-        DeviceChoice.auto, help="Where to evaluate: the GPU (CUDA kernels) or the CPU (C++ kernels)."
-    ),
-    as_json: bool = typer.Option(False, "--json", help="Print exactly one JSON object on stdout."),
-    atol: float = typer.Option(None, help="Absolute tolerance for all outputs (default: by dtype, 1e-2 for fp32)."),
-    rtol: float = typer.Option(None, help="Relative tolerance for all outputs (default: by dtype, 1e-2 for fp32)."),
+    task: Path = TASK_ARG,
+    candidate: Path = CANDIDATE_ARG,
+    device: DeviceChoice = DEVICE_OPT,
+    as_json: bool = JSON_OPT,
+    atol: float = ATOL_OPT,
+    rtol: float = RTOL_OPT,
     timing: bool = typer.Option(
         True,
         "--timing/--no-timing",
         help="Time the candidate and the baselines to decide the tier (without: tier 1 at most).",
     ),
-    compile_mode: str = typer.Option(
-        "default", help="torch.compile mode of the baseline: default, max-autotune or reduce-overhead."
-    ),
-    margin: float = typer.Option(0.05, help="How much faster than both baselines tier 3 needs (0.05 = 5%)."),
-    call_timeout: float = typer.Option(120.0, help="Seconds one forward call may take before it counts as a hang."),
-    build_timeout: float = typer.Option(600.0, help="Seconds the build may take."),
+    compile_mode: str = COMPILE_OPT,
+    margin: float = MARGIN_OPT,
+    call_timeout: float = CALL_TIMEOUT_OPT,
+    build_timeout: float = BUILD_TIMEOUT_OPT,
 ) -> None:
     """Build, audit, verify and time a candidate against its task; print the verdict."""
+    _run(
+        task,
+        candidate,
+        device,
+        as_json,
+        atol,
+        rtol,
+        timing,
+        compile_mode,
+        margin,
+        call_timeout,
+        build_timeout,
+        ncu=False,
+        detail=False,
+    )
+
+
+@app.command(
+    epilog="Examples:\n\n"
+    "  cudagent profile examples/tasks/softmax.py examples/solutions/cuda/softmax\n\n"
+    "  cudagent profile examples/tasks/mlp_block.py examples/solutions/cuda/mlp_block --ncu --json\n\n" + EXIT_CODES
+)
+def profile(
+    task: Path = TASK_ARG,
+    candidate: Path = CANDIDATE_ARG,
+    device: DeviceChoice = DEVICE_OPT,
+    as_json: bool = JSON_OPT,
+    ncu: bool = typer.Option(
+        False,
+        "--ncu",
+        help="Add an Nsight Compute summary of the candidate's kernels (occupancy, throughput, top stall reasons).",
+    ),
+    atol: float = ATOL_OPT,
+    rtol: float = RTOL_OPT,
+    compile_mode: str = COMPILE_OPT,
+    margin: float = MARGIN_OPT,
+    call_timeout: float = CALL_TIMEOUT_OPT,
+    build_timeout: float = BUILD_TIMEOUT_OPT,
+) -> None:
+    """Verify and time a candidate, and show where its time goes: per-target statistics, the roofline against the
+    device's measured peaks, the kernel breakdown of the candidate and of torch.compile."""
+    _run(
+        task,
+        candidate,
+        device,
+        as_json,
+        atol,
+        rtol,
+        True,
+        compile_mode,
+        margin,
+        call_timeout,
+        build_timeout,
+        ncu=ncu,
+        detail=True,
+    )
+
+
+def _run(
+    task,
+    candidate,
+    device,
+    as_json,
+    atol,
+    rtol,
+    timing,
+    compile_mode,
+    margin,
+    call_timeout,
+    build_timeout,
+    ncu: bool,
+    detail: bool,
+) -> None:
     from cudagent.evaluator import EvalOptions, Evaluator, Tolerance
     from cudagent.hardware import resolve_device
     from cudagent.task import load_task
@@ -70,12 +159,9 @@ def check(
         margin=margin,
         call_timeout_s=call_timeout,
         build_timeout_s=build_timeout,
+        ncu=ncu,
     )
-    evaluator = Evaluator(the_task, dev, options)
-    ws = workspace_for(cand, the_task.source)
-    verdict = evaluator.evaluate(ws)
-    if as_json:
-        typer.echo(json.dumps(verdict.to_dict(), indent=None, default=str))
-    else:
-        typer.echo(verdict.summary())
+    with Evaluator(the_task, dev, options) as evaluator:
+        verdict = evaluator.evaluate(workspace_for(cand, the_task.source))
+    typer.echo(json.dumps(verdict.to_dict(), default=str) if as_json else verdict.summary(detail=detail))
     raise typer.Exit(int(ExitCode.OK if verdict.correct else ExitCode.REJECTED))

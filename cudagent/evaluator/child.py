@@ -61,6 +61,7 @@ class Harness:
         self.inputs: list | None = None  # the buffers of the last call, kept for in-place mutation trials
         self.last_outputs = None  # kept alive so the allocator cannot legitimately hand their memory out again
         self.timing_sets: list[list] = []
+        self.targets: dict = {}
 
     # ----- dispatch ----------------------------------------------------------------------------------------
 
@@ -217,34 +218,83 @@ class Harness:
                 found.append(f"output {i} shares memory with the previous call's output")
         return found
 
+    # ----- timing (both roles) ---------------------------------------------------------------------------------
+
+    def _target(self, name: str | None):
+        """The callable to time: the candidate, or (reference role) the eager or compiled reference."""
+        if name in (None, "candidate"):
+            return self.model
+        return self.targets[name]
+
     def op_time(self, msg: dict) -> dict:
-        """Time the candidate over input sets the parent sent (rotated); keep some outputs for re-checking."""
+        """Time a target over the input sets (rotated); keep the outputs of some samples for re-checking."""
         if msg.get("inputs") is not None:
             self.timing_sets = [[_to(x, self.device) for x in s] for s in msg["inputs"]]
-        sets = self.timing_sets
-        model = self.model
-        result = measure(lambda k: model(*sets[k]), len(sets), self.device, Plan.from_dict(msg["plan"]))
+        sets, fn = self.timing_sets, self._target(msg.get("target"))
+        mutations = {int(i): new for i, new in (msg.get("mutations") or {}).items()}
+
+        def before_sample(i: int) -> None:
+            if i in mutations:  # new contents in the same buffers, as the parent chose them
+                with torch.no_grad():
+                    for buf, new in zip(sets[i % len(sets)], mutations[i]):
+                        buf.copy_(new)
+
+        result = measure(
+            lambda k: fn(*sets[k]),
+            len(sets),
+            self.device,
+            Plan.from_dict(msg["plan"]),
+            before_sample if mutations else None,
+        )
         self._sync()
         kept = {str(i): {"set": k, "outputs": o} for i, (k, o) in result.pop("kept").items()}
-        return {"ms": result["ms"], "wall_ms": result["wall_ms"], "kept": kept}
+        return {"ms": result["ms"], "wall_ms": result["wall_ms"], "loop_ms": result["loop_ms"], "kept": kept}
+
+    def op_kernels(self, msg: dict) -> dict:
+        """Every kernel a number of calls launched (all streams), aggregated by name."""
+        sets, fn = self.timing_sets, self._target(msg.get("target"))
+        n = int(msg.get("iterations", 20))
+        with torch.no_grad():
+            kernels = audit.profile_kernels(lambda i: fn(*sets[i % len(sets)]), n)
+        self._sync()
+        return {"iterations": n, "kernels": kernels}
+
+    def op_nvtx_call(self, msg: dict) -> dict:
+        """One warm-up call, then one call inside the NVTX range `cudagent` (what ncu profiles)."""
+        inputs = [_to(x, self.device) for x in msg["inputs"]]
+        with torch.no_grad():
+            self.model(*inputs)
+            torch.cuda.synchronize()
+            with torch.cuda.nvtx.range("cudagent"):
+                self.model(*inputs)
+            torch.cuda.synchronize()
+        return {}
 
     # ----- the reference (baseline worker) ---------------------------------------------------------------------
 
     def op_load_reference(self, msg: dict) -> dict:
+        """Load the task from the text the parent sent; keep the eager model and, if asked, its compiled form."""
         from cudagent.task import Task
 
         self._use_device(msg["device"])
         task = Task(name=msg["name"], source=msg["source"])
         model = task.build_model(seed=int(msg["seed"]), device=msg["device"])
+        self.targets = {"eager": model}
         if msg.get("compile_mode"):
             mode = None if msg["compile_mode"] == "default" else msg["compile_mode"]
-            model = torch.compile(model, mode=mode)
+            self.targets["compile"] = torch.compile(model, mode=mode)
         self.model, self.task = model, task
         return {}
 
     def op_reference_sets(self, msg: dict) -> dict:
         self.timing_sets = [self.task.make_inputs(int(s), msg["device"]) for s in msg["seeds"]]
         return {}
+
+    def op_peaks(self, msg: dict) -> dict:
+        from cudagent.evaluator.peaks import measure_peaks
+
+        self._use_device(msg["device"])
+        return {"peaks": measure_peaks(self.device)}
 
 
 def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -258,7 +308,11 @@ def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="cudagent.evaluator.child")
     parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     args = parser.parse_args(argv)
+    if args.device == "cuda":  # create the context now, while the parent is still busy (building, say)
+        torch.cuda.init()
+        torch.empty(1, device="cuda")
     sock = socket.socket(fileno=args.fd)
     channel = Channel(sock)
     status = 0

@@ -44,8 +44,13 @@ def flush_buffer(device: torch.device, nbytes: int) -> torch.Tensor:
     return torch.empty(nbytes // 4, dtype=torch.float32, device=device)
 
 
-def measure(call, n_sets: int, device: torch.device, plan: Plan) -> dict:
-    """Time `call(k)` (k = input set index) per the plan. Returns samples and the outputs kept for re-checking."""
+def measure(call, n_sets: int, device: torch.device, plan: Plan, before_sample=None) -> dict:
+    """Time `call(k)` (k = input set index) per the plan.
+
+    Returns per-sample event times, wall times of the call alone, wall times of the whole iteration (flush included)
+    and the outputs kept for re-checking. `before_sample(i)`, if given, runs before sample i's flush (outside the
+    timed region): the parent uses it to change an input set's contents in place at secret points.
+    """
     cuda = device.type == "cuda"
     flush = flush_buffer(device, plan.flush_bytes)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -58,7 +63,7 @@ def measure(call, n_sets: int, device: torch.device, plan: Plan) -> dict:
             if k > 10_000:
                 break
         sync()
-        ms, wall_ms, kept = [], [], {}
+        ms, wall_ms, loop_ms, kept = [], [], [], {}
         recheck = set(plan.recheck)
         if cuda:
             start_ev = torch.cuda.Event(enable_timing=True)
@@ -67,6 +72,9 @@ def measure(call, n_sets: int, device: torch.device, plan: Plan) -> dict:
         i = 0
         while True:
             k = i % n_sets
+            if before_sample is not None:
+                before_sample(i)
+            t_loop = time.perf_counter()
             flush.zero_()
             sync()
             t0 = time.perf_counter()
@@ -82,6 +90,7 @@ def measure(call, n_sets: int, device: torch.device, plan: Plan) -> dict:
                 t1 = time.perf_counter()
                 ms.append((t1 - t0) * 1e3)
             wall_ms.append((t1 - t0) * 1e3)
+            loop_ms.append((t1 - t_loop) * 1e3)
             if i in recheck:
                 kept[i] = (k, _clone(out))
             del out
@@ -91,7 +100,7 @@ def measure(call, n_sets: int, device: torch.device, plan: Plan) -> dict:
                 break
             if elapsed >= plan.max_seconds and i >= 10:
                 break
-    return {"ms": ms, "wall_ms": wall_ms, "kept": kept}
+    return {"ms": ms, "wall_ms": wall_ms, "loop_ms": loop_ms, "kept": kept}
 
 
 def _clone(out):

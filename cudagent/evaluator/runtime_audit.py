@@ -98,6 +98,29 @@ def observe_kernels(fn, device: torch.device):
     return result, kernels, caller_stream
 
 
+def profile_kernels(call, n: int) -> list[dict]:
+    """Run call(i) for i < n under the profiler; every kernel, copy and memset on any stream, aggregated by name."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(n):
+            call(i)
+        torch.cuda.synchronize()
+    table: dict[str, dict] = {}
+    for e in prof.profiler.kineto_results.events():
+        if e.device_type() != torch.autograd.DeviceType.CUDA:
+            continue
+        row = table.setdefault(e.name(), {"name": e.name(), "ns": 0, "count": 0, "streams": set()})
+        row["ns"] += int(e.duration_ns())
+        row["count"] += 1
+        row["streams"].add(int(e.device_resource_id()))
+    rows = sorted(table.values(), key=lambda r: -r["ns"])
+    for r in rows:
+        r["streams"] = sorted(r["streams"])
+    return rows
+
+
 def is_copy_or_memset(name: str) -> bool:
     return name.startswith(("Memcpy", "Memset", "memcpy", "memset"))
 

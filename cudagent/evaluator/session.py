@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 from cudagent.evaluator.wire import DEFAULT_MAX_FRAME, Channel, ChannelClosed, ChannelTimeout, FrameTooLarge
 from cudagent.procs import BoundedOutput, drain, kill_group
@@ -63,8 +64,17 @@ def child_env(home: str, extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 class ChildProcess:
-    def __init__(self, *, extra_env: dict[str, str] | None = None, start_timeout_s: float = DEFAULT_START_TIMEOUT_S):
+    def __init__(
+        self,
+        *,
+        extra_env: dict[str, str] | None = None,
+        start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+        wrapper: list[str] | None = None,
+        device: str = "cpu",
+    ):
+        self.device = device  # the child initializes CUDA while it waits for its first request
         self.extra_env = extra_env or {}
+        self.wrapper = list(wrapper or [])  # a command the child runs under (a profiler such as ncu)
         self.start_timeout_s = start_timeout_s
         self.proc: subprocess.Popen | None = None
         self.channel: Channel | None = None
@@ -79,9 +89,24 @@ class ChildProcess:
         self.close()
 
     def start(self) -> None:
+        self.spawn()
+        self.handshake()
+
+    def spawn(self) -> None:
+        """Start the process without waiting for it: it imports torch (and initializes CUDA) while the caller goes on
+        with other work, such as the build. It loads no candidate code until asked to."""
         self.home = tempfile.mkdtemp(prefix="cudagent-child-")
         ours, theirs = socket.socketpair()
-        cmd = [sys.executable, "-s", "-m", "cudagent.evaluator.child", "--fd", str(theirs.fileno())]
+        cmd = self.wrapper + [
+            sys.executable,
+            "-s",
+            "-m",
+            "cudagent.evaluator.child",
+            "--fd",
+            str(theirs.fileno()),
+            "--device",
+            self.device,
+        ]
         self.proc = subprocess.Popen(
             cmd,
             pass_fds=(theirs.fileno(),),
@@ -95,16 +120,25 @@ class ChildProcess:
         theirs.close()
         self._reader = drain(self.proc.stdout, self.output)
         self.channel = Channel(ours)
+
+    def handshake(self) -> None:
         hello = self._receive(self.start_timeout_s, DEFAULT_MAX_FRAME, "starting")
         if hello.get("op") != "hello":
             raise ChildFailure("CRASHED", "the evaluation process did not start properly", self.output.text())
 
     def request(self, msg: dict, timeout_s: float, max_bytes: int = DEFAULT_MAX_FRAME, what: str = "") -> dict:
+        return self.timed_request(msg, timeout_s, max_bytes, what)[0]
+
+    def timed_request(self, msg: dict, timeout_s: float, max_bytes: int = DEFAULT_MAX_FRAME,
+                      what: str = "") -> tuple[dict, float]:
+        """(reply, seconds from the end of sending to the reply's arrival), by this process's own clock."""
         try:
             self.channel.send(msg)
         except OSError:
             raise self._death(what or msg.get("op", "")) from None
-        return self._receive(timeout_s, max_bytes, what or msg.get("op", ""))
+        sent = time.monotonic()
+        reply = self._receive(timeout_s, max_bytes, what or msg.get("op", ""))
+        return reply, time.monotonic() - sent
 
     def _receive(self, timeout_s: float, max_bytes: int, what: str) -> dict:
         try:

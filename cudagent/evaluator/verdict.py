@@ -141,26 +141,11 @@ class Verdict:
             self.speedup_vs_compile = compiled / candidate if compiled else None
         self.tier = reward_tier(self.correct, candidate, eager, compiled, margin)
 
-    def summary(self) -> str:
-        """A few lines for a person or an agent: the verdict, why, and what to do."""
-        if not self.correct:
-            lines = ["REJECTED (tier -1)"]
-            for v in self.violations[:8]:
-                lines.append(f"  [{v.code}] {v.message}")
-            if len(self.violations) > 8:
-                lines.append(f"  ... and {len(self.violations) - 8} more violations")
-            return "\n".join(lines)
-        t = self.time_ms
-        lines = [f"CORRECT (tier {self.tier}), max abs error {_fmt(self.max_abs_error)}"]
-        if t.get("candidate") is not None:
-            lines.append(
-                f"  time: candidate {_fmt(t['candidate'])} ms, eager {_fmt(t['eager'])} ms, "
-                f"compile {_fmt(t['compile'])} ms; speedup vs eager {_fmt(self.speedup_vs_eager)}x, "
-                f"vs compile {_fmt(self.speedup_vs_compile)}x"
-            )
-        for f in self.flags:
-            lines.append(f"  note: {f}")
-        return "\n".join(lines)
+    def summary(self, detail: bool = False) -> str:
+        """The verdict as text (see report.py): a few lines, or with `detail` the full hardware feedback."""
+        from cudagent.evaluator.report import render
+
+        return render(self, detail)
 
 
 def _split_trials(message: str) -> tuple[list[str], str]:
@@ -169,9 +154,3 @@ def _split_trials(message: str) -> tuple[list[str], str]:
         head, body = message[1:].split("] ", 1)
         return [t.strip() for t in head.split(",")], body
     return [], message
-
-
-def _fmt(x: float | None) -> str:
-    if x is None:
-        return "n/a"
-    return f"{x:.4g}"

@@ -3,7 +3,7 @@
 case.json: task (a file in tasks/), kernels ("common": the shared kernels/<device> library; "own": the case's
 kernels/ or kernels_<device>/; "from:<case>": another case's; "none"), devices (default both), expect (codes that
 must all be reported), expect_any (one of them must be), control (must be accepted), flags (must be reported),
-static_audit (false: show a runtime defense holds on its own), why.
+static_audit (false: show a runtime defense holds on its own), timing (evaluate with timing), why.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class Case:
     control: bool = False
     flags: list[str] = field(default_factory=list)
     static_audit: bool = True
+    timing: bool = False  # evaluate with timing: the case cheats only while being timed
     why: str = ""
 
     @property
@@ -70,13 +71,16 @@ class Runner:
         self.built: dict[Path, Path] = {}
 
     def evaluator(self, case: Case) -> Evaluator:
-        key = (case.task, case.static_audit)
+        key = (case.task, case.static_audit, case.timing)
         if key not in self.evaluators:
             task = load_task(TASKS / f"{case.task}.py")
-            self.evaluators[key] = Evaluator(
-                task, self.device, EvalOptions(timing=False, audit_static=case.static_audit)
-            )
+            options = EvalOptions(timing=case.timing, audit_static=case.static_audit)
+            self.evaluators[key] = Evaluator(task, self.device, options)
         return self.evaluators[key]
+
+    def close(self) -> None:
+        for evaluator in self.evaluators.values():
+            evaluator.close()
 
     def workspace(self, case: Case) -> Workspace:
         ev = self.evaluator(case)

@@ -8,7 +8,9 @@ CASES = load_cases("cpu")
 
 @pytest.fixture(scope="module")
 def runner(tmp_path_factory):
-    return Runner("cpu", tmp_path_factory.mktemp("adversarial-cpu"))
+    runner = Runner("cpu", tmp_path_factory.mktemp("adversarial-cpu"))
+    yield runner
+    runner.close()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

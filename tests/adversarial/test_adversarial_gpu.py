@@ -8,7 +8,9 @@ CASES = load_cases("cuda")
 
 @pytest.fixture(scope="module")
 def runner(tmp_path_factory):
-    return Runner("cuda", tmp_path_factory.mktemp("adversarial-cuda"))
+    runner = Runner("cuda", tmp_path_factory.mktemp("adversarial-cuda"))
+    yield runner
+    runner.close()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

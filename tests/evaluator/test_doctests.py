@@ -4,12 +4,16 @@ import doctest
 
 import pytest
 
+import cudagent.evaluator.roofline
 import cudagent.evaluator.runtime_audit
 import cudagent.evaluator.verdict
 import cudagent.hardware
 
 
-@pytest.mark.parametrize("module", [cudagent.evaluator.verdict, cudagent.hardware, cudagent.evaluator.runtime_audit])
+@pytest.mark.parametrize(
+    "module",
+    [cudagent.evaluator.verdict, cudagent.hardware, cudagent.evaluator.runtime_audit, cudagent.evaluator.roofline],
+)
 def test_doctests(module):
     failures, tried = doctest.testmod(module)
     assert tried > 0 and failures == 0

@@ -1,0 +1,92 @@
+"""Benchmark: how much one candidate's measured time moves between separate evaluations.
+
+Each candidate is evaluated REPEATS times, each in a fresh evaluation (its own child process, fresh secret inputs,
+the full timing protocol); the spread is max/min - 1 of the medians. Target: at most 2% for kernels of 50 us and
+more; smaller kernels are reported too.
+
+    python benchmarks/timing_stability.py [--out benchmarks/results/timing_stability.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+REPEATS = 10
+CANDIDATES = {  # name: (task file, solution directory)
+    "matmul": ("examples/tasks/matmul.py", "examples/solutions/cuda/matmul"),
+    "scale_shift_tanh": ("examples/tasks/scale_shift_tanh.py", "examples/solutions/cuda/scale_shift_tanh"),
+    "axpby": ("examples/tasks/axpby.py", "examples/solutions/cuda/axpby"),
+    "softmax": ("examples/tasks/softmax.py", "examples/solutions/cuda/softmax"),
+    "row_sum": ("examples/tasks/row_sum.py", "examples/solutions/cuda/row_sum"),
+    "vadd_small": ("tests/adversarial/tasks/vadd.py", "tests/adversarial/cases/control_inplace_on_own_output"),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "timing_stability.json"))
+    parser.add_argument("--repeats", type=int, default=REPEATS)
+    args = parser.parse_args()
+    import shutil
+
+    import torch
+
+    from cudagent.evaluator import EvalOptions, Evaluator
+    from cudagent.hardware import resolve_device
+    from cudagent.task import load_task
+    from cudagent.workspace import Workspace
+
+    device = resolve_device("cuda")
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="stability-") as tmp:
+        for name, (task_file, solution) in CANDIDATES.items():
+            task = load_task(ROOT / task_file)
+            ws = Workspace.create(Path(tmp) / name, task.source)
+            shutil.copy(ROOT / solution / "model_new.py", ws.model_new_py)
+            kernels = ROOT / solution / "kernels"
+            shutil.copytree(
+                kernels if kernels.is_dir() else ROOT / "tests/adversarial/kernels/cuda",
+                ws.kernels_dir,
+                dirs_exist_ok=True,
+            )
+            medians = []
+            with Evaluator(task, device, EvalOptions(stock_trials=1)) as evaluator:
+                for _ in range(args.repeats):
+                    verdict = evaluator.evaluate(ws)
+                    assert verdict.correct, verdict.summary()
+                    medians.append(verdict.time_ms["candidate"])
+            spread = max(medians) / min(medians) - 1
+            results[name] = {
+                "medians_ms": medians,
+                "min_ms": min(medians),
+                "max_ms": max(medians),
+                "spread": spread,
+                "at_least_50us": min(medians) >= 0.05,
+                "meets_target": spread <= 0.02 if min(medians) >= 0.05 else None,
+            }
+            print(
+                f"{name}: median {sorted(medians)[len(medians) // 2] * 1e3:.1f} us, spread {100 * spread:.2f}%",
+                flush=True,
+            )
+    big = [r["spread"] for r in results.values() if r["at_least_50us"]]
+    out = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "repeats": args.repeats,
+        "candidates": results,
+        "max_spread_at_least_50us": max(big) if big else None,
+        "target": "spread (max/min - 1) <= 2% for kernels of 50 us and more",
+    }
+    Path(args.out).write_text(json.dumps(out, indent=2))
+    print(f"max spread for kernels >= 50 us: {100 * out['max_spread_at_least_50us']:.2f}% -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,298 @@
+"""Timing a verified candidate honestly, in the trusted parent.
+
+The candidate is timed inside its own child over input sets drawn here with secret seeds (rotated, L2 flushed,
+CUDA events on the caller's stream, median of at least 100 samples and 0.5 s). Then the numbers are checked:
+
+- outputs of randomly chosen timed iterations are compared with the reference (TIMED_OUTPUT_MISMATCH);
+- the child's wall clock against its events, and this process's own clock against the samples the child
+  reported (TIMING_WALL_MISMATCH): work outside the caller's stream, or patched timers;
+- the summed kernel time of all streams against the event time (TIMING_KERNELS_OUTSIDE_EVENTS);
+- the physical floor: under half of it is impossible (TIMING_BELOW_FLOOR); over 10x eager is flagged.
+
+A tier of 2 or 3 is then confirmed by interleaved rounds (candidate, eager, compile, ...); the reference worker's
+times in those rounds must match its clean cached ones, or the candidate's process interfered
+(BASELINE_INTERFERENCE).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import asdict, dataclass, field
+
+from cudagent.evaluator.baselines import Baseline, BaselineError, Baselines, Measurement
+from cudagent.evaluator.compare import Tolerance, compare
+from cudagent.evaluator.judge import Extension
+from cudagent.evaluator.measure import Plan
+from cudagent.evaluator.peaks import Peaks
+from cudagent.evaluator.roofline import TaskCost, achieved, floor_ms
+from cudagent.evaluator.runtime_audit import kernel_base_name
+from cudagent.evaluator.session import ChildProcess
+from cudagent.evaluator.trials import sparse_mutation
+from cudagent.evaluator.verdict import TimeStats, Verdict, reward_tier
+from cudagent.hardware import DeviceInfo
+from cudagent.task import Task
+
+INPUT_SETS = 3
+RECHECKS = 3
+KERNEL_ITERATIONS = 20
+CONFIRM_ROUNDS = 5
+CONFIRM_PLAN = Plan(min_samples=20, min_seconds=0.0, max_samples=20, warmup_calls=2, warmup_seconds=0.0)
+# A baseline this much slower beside the candidate than alone means interference. CPU timings on a small shared
+# machine swing far more than a GPU's, so the CPU gets more room.
+INTERFERENCE = {"cuda": 1.15, "cpu": 1.5}
+OVER_EAGER_FLAG = 10.0
+
+
+@dataclass
+class Profiler:
+    task: Task
+    device: DeviceInfo
+    baselines: Baselines
+    tolerance: Tolerance
+    plan: Plan
+    margin: float
+    peaks: Peaks | None = None
+    cost: TaskCost | None = None
+    detail: dict = field(default_factory=dict)
+    # baselines that ran slower beside the candidate than their cached clean time: target -> median beside it
+    suspects: dict = field(default_factory=dict)
+
+    def run(self, child: ChildProcess, ref_model, ext: Extension | None, v: Verdict) -> None:
+        """Time the candidate loaded in `child`; fill v.time_ms, speedups, tier and v.timing."""
+        baselines = self.baselines.get()
+        v.notes.extend(n for n in self.baselines.notes if n not in v.notes)
+        sets = [self.task.make_inputs(secrets.randbits(62), self.device.kind) for _ in range(INPUT_SETS)]
+        expected = [self.task.run(ref_model, s) for s in sets]
+        meas = self._time(child, ref_model, sets, expected, v)
+        if meas is None or not v.correct:
+            return
+        kernels = self._kernels(child, meas, ext, v) if self.device.is_cuda else None
+        eager, compiled = (
+            baselines[t].measurement.stats.median if baselines[t] else None for t in ("eager", "compile")
+        )
+        cand = meas.stats.median
+        self._roofline(cand, baselines, v)
+        if not v.correct:
+            return
+        v.set_times(eager, compiled, cand, self.margin)
+        self.detail["targets"] = {
+            "candidate": meas.to_dict(),
+            **{t: (b.measurement.to_dict() if b else None) for t, b in baselines.items()},
+        }
+        self.detail["kernels"] = {"candidate": kernels, "compile": _breakdown(baselines["compile"], None)}
+        if eager and cand * OVER_EAGER_FLAG < eager:
+            v.flags.append(f"SPEEDUP_OVER_10X: {eager / cand:.1f}x faster than eager; results this good deserve a look")
+        if v.tier >= 2:
+            self._confirm(child, baselines, v)
+        v.timing = self.detail
+
+    # ----- the measurement ------------------------------------------------------------------------------------
+
+    def _time(self, child: ChildProcess, ref_model, sets: list, expected: list, v: Verdict) -> Measurement | None:
+        # Secret samples whose outputs come back for checking; before each, a small block of its input set changes in
+        # place, so a candidate that memoizes the few rotating sets (by pointer or by sampled contents) is caught.
+        picks = tuple(sorted({secrets.randbelow(self.plan.min_samples) for _ in range(RECHECKS)}))
+        plan = Plan(**{**asdict(self.plan), "recheck": picks})
+        current, mutations, pick_expected = list(sets), {}, {}
+        for i in picks:
+            k = i % len(sets)
+            new, changed = sparse_mutation(current[k], secrets.randbits(62))
+            if changed:
+                current[k] = new
+                mutations[str(i)] = [x.cpu() for x in new]
+            pick_expected[i] = self.task.run(ref_model, current[k]) if changed else expected[k]
+        out_bytes = sum(_nbytes(e) for e in expected)
+        reply, elapsed = child.timed_request(
+            {
+                "op": "time",
+                "plan": asdict(plan),
+                "inputs": [[x.cpu() for x in s] for s in sets],
+                "mutations": mutations,
+            },
+            timeout_s=max(300.0, 10 * plan.max_seconds),
+            max_bytes=(64 << 20) + 2 * RECHECKS * out_bytes,
+            what="timing the candidate",
+        )
+        if not reply.get("ok", False):
+            v.reject("FORWARD_RAISED", f"[timing] ModelNew.forward raised {reply.get('error')}")
+            return None
+        kept = reply.get("kept", {})
+        if len(kept) != len(picks):
+            v.reject("TIMED_OUTPUT_MISMATCH", "[timing] the outputs kept for re-checking did not all come back")
+        for index, item in sorted(kept.items(), key=lambda kv: int(kv[0])):
+            i = int(index) if str(index).isdigit() else -1
+            result = compare(pick_expected[i], item["outputs"], self.tolerance) if i in pick_expected else None
+            if result is None or not result.ok:
+                why = result.violations[0].message if result else "the outputs came back mislabeled"
+                v.reject(
+                    "TIMED_OUTPUT_MISMATCH",
+                    f"[timing, sample {index}] {why}; outputs must stay right while being timed",
+                )
+                break
+        meas = Measurement.of(reply)
+        self._check_clocks(meas, reply, elapsed, plan, out_bytes, v)
+        self.detail["protocol"] = {
+            "input_sets": len(sets),
+            "min_samples": plan.min_samples,
+            "min_seconds": plan.min_seconds,
+            "rechecked_samples": list(picks),
+            "inputs_changed_before": sorted(int(i) for i in mutations),
+            "l2_flush": "2x L2 per sample" if self.device.is_cuda else "32 MiB per sample",
+        }
+        return meas
+
+    def _check_clocks(
+        self, meas: Measurement, reply: dict, elapsed: float, plan: Plan, out_bytes: int, v: Verdict
+    ) -> None:
+        event, wall = meas.stats.median, meas.wall.median
+        if wall - event > 0.1 + 0.5 * event:
+            v.reject(
+                "TIMING_WALL_MISMATCH",
+                f"[timing] each call took {wall:.3f} ms by the wall clock but "
+                f"{event:.3f} ms by CUDA events on the caller's stream: work ran outside "
+                "that stream or after the call returned",
+            )
+        loop = sum(reply.get("loop_ms", reply["wall_ms"])) / 1e3
+        overhead = plan.warmup_seconds + 3 * (plan.warmup_calls + INPUT_SETS) * max(reply["wall_ms"]) / 1e3
+        overhead += RECHECKS * out_bytes / 100e6 + 2.0
+        self.detail["checks"] = {"wall_minus_event_ms": wall - event, "request_s": elapsed, "samples_s": loop}
+        if elapsed > 2 * loop + overhead:
+            v.reject(
+                "TIMING_WALL_MISMATCH",
+                f"[timing] the timing loop took {elapsed:.2f} s by the evaluator's clock "
+                f"but its samples add up to {loop:.2f} s: the candidate's clocks lie",
+            )
+
+    def _kernels(self, child: ChildProcess, meas: Measurement, ext: Extension | None, v: Verdict) -> list | None:
+        reply = child.request(
+            {"op": "kernels", "iterations": KERNEL_ITERATIONS}, timeout_s=300, what="profiling the candidate's kernels"
+        )
+        if not reply.get("ok", False):
+            v.notes.append(f"the kernel breakdown failed: {reply.get('error')}")
+            return None
+        per_call = sum(k["ns"] for k in reply["kernels"]) / 1e6 / reply["iterations"]
+        self.detail.setdefault("checks", {})["kernel_ms_per_call"] = per_call
+        if per_call > 1.2 * meas.stats.median + 0.01:
+            v.reject(
+                "TIMING_KERNELS_OUTSIDE_EVENTS",
+                f"[timing] the kernels of one call add up to {per_call:.3f} ms "
+                f"but the call measured {meas.stats.median:.3f} ms on the "
+                "caller's stream: work ran on other streams",
+            )
+        return _breakdown(None, reply, ext)
+
+    def _roofline(self, cand: float, baselines: dict, v: Verdict) -> None:
+        if self.peaks is None or self.cost is None:
+            return
+        floor = floor_ms(self.cost, self.peaks)
+        eager = baselines["eager"].measurement.stats.median if baselines["eager"] else None
+        # The floor assumes every input, parameter and output byte is needed; a reference faster than it proves
+        # the task needs less, and then the floor says nothing.
+        applies = eager is None or eager >= 0.9 * floor
+        self.detail["roofline"] = {
+            "cost": self.cost.to_dict(),
+            "peaks": self.peaks.to_dict(),
+            "floor_ms": floor,
+            "floor_applies": applies,
+            "candidate": achieved(self.cost, self.peaks, cand),
+            **{t: achieved(self.cost, self.peaks, b.measurement.stats.median) for t, b in baselines.items() if b},
+        }
+        if applies and cand < 0.5 * floor:
+            v.reject(
+                "TIMING_BELOW_FLOOR",
+                f"[timing] {cand:.4f} ms is under half the physical floor {floor:.4f} ms "
+                f"({self.cost.bytes / 1e6:.1f} MB at {self.peaks.bandwidth_gbs:.0f} GB/s, "
+                f"{self.cost.flops / 1e9:.2f} GFLOP): no correct implementation is that fast",
+            )
+
+    # ----- interleaved confirmation ------------------------------------------------------------------------------
+
+    def _confirm(self, child: ChildProcess, baselines: dict, v: Verdict) -> None:
+        samples: dict[str, list[float]] = {"candidate": [], "eager": [], "compile": []}
+        try:
+            for _ in range(CONFIRM_ROUNDS):
+                reply = child.request(
+                    {"op": "time", "plan": asdict(CONFIRM_PLAN)}, timeout_s=300, what="confirming the candidate's time"
+                )
+                if not reply.get("ok", False):
+                    v.reject("FORWARD_RAISED", f"[confirmation] ModelNew.forward raised {reply.get('error')}")
+                    return
+                samples["candidate"] += reply["ms"]
+                for t in ("eager", "compile"):
+                    if baselines[t]:
+                        samples[t] += self.baselines.worker.measure(t, CONFIRM_PLAN).ms
+        except BaselineError as exc:
+            v.notes.append(f"the interleaved confirmation could not run ({exc}); tier kept at 1")
+            v.tier = 1
+            return
+        med = {t: TimeStats.of(xs).median if xs else None for t, xs in samples.items()}
+        tier = reward_tier(v.correct, med["candidate"], med["eager"], med["compile"], self.margin)
+        self.detail["confirmation"] = {"rounds": CONFIRM_ROUNDS, "median_ms": med, "tier": tier}
+        for t in ("eager", "compile"):
+            clean = baselines[t].measurement.stats.median if baselines[t] else None
+            if clean and med[t] and med[t] > INTERFERENCE[self.device.kind] * clean:
+                self.suspects[t] = med[t]
+        if tier < v.tier:
+            v.notes.append(f"the interleaved confirmation measured tier {tier}, not {v.tier}; tier {tier} granted")
+            v.tier = tier
+
+    def settle(self, v: Verdict) -> None:
+        """Judge suspected interference once the candidate's process is gone.
+
+        A baseline that is as slow alone now as it was beside the candidate only drifted since it was cached (clocks,
+        temperature): it is re-cached and the tier recomputed from it. One that is fast again alone was slowed by
+        the candidate's process.
+        """
+        if not self.suspects or not v.correct:
+            return
+        for t, beside in self.suspects.items():
+            try:
+                alone = self.baselines.remeasure(t).measurement.stats.median
+            except BaselineError as exc:
+                v.notes.append(f"the {t} baseline could not be re-measured ({exc}); tier kept at 1")
+                v.tier = min(v.tier, 1)
+                continue
+            if beside > INTERFERENCE[self.device.kind] * alone:
+                v.reject(
+                    "BASELINE_INTERFERENCE",
+                    f"[confirmation] the {t} baseline ran at {beside:.4f} ms beside the "
+                    f"candidate's process but at {alone:.4f} ms alone",
+                )
+                return
+            v.notes.append(f"the cached {t} baseline had drifted; re-measured at {alone:.4f} ms")
+        fresh = self.baselines.get()
+        tier = v.tier
+        eager, compiled = (fresh[t].measurement.stats.median if fresh[t] else None for t in ("eager", "compile"))
+        v.set_times(eager, compiled, v.time_ms["candidate"], self.margin)
+        v.tier = min(v.tier, tier)
+
+
+def _breakdown(baseline: Baseline | None, reply: dict | None, ext: Extension | None = None) -> list | None:
+    """Per-call kernel table: name, ms per call, share of kernel time, launches per call, own or not."""
+    data = reply if reply is not None else (baseline.kernels if baseline else None)
+    if not data:
+        return None
+    n = max(1, int(data["iterations"]))
+    total = sum(k["ns"] for k in data["kernels"]) or 1
+    rows = []
+    for k in data["kernels"]:
+        row = {
+            "name": k["name"],
+            "ms_per_call": k["ns"] / 1e6 / n,
+            "share_pct": 100 * k["ns"] / total,
+            "launches_per_call": k["count"] / n,
+        }
+        if ext is not None and ext.defined is not None:
+            row["own"] = kernel_base_name(k["name"]) in ext.defined
+        rows.append(row)
+    return rows
+
+
+def _nbytes(out) -> int:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out.numel() * out.element_size()
+    if isinstance(out, (list, tuple)):
+        return sum(_nbytes(o) for o in out)
+    return 0

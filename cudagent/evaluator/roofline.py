@@ -1,0 +1,80 @@
+"""What a task must cost at least, and how close a time comes to it.
+
+Bytes: every input, parameter and buffer read once and every output written once. FLOPs: matrix products and
+convolutions counted by torch's FlopCounterMode (elementwise work is not counted, so the compute floor stays a
+floor). The physical floor of a time is max(bytes / bandwidth, FLOPs / fastest rate); no correct implementation
+runs much faster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from cudagent.evaluator.peaks import Peaks
+
+
+@dataclass(frozen=True)
+class TaskCost:
+    bytes: int
+    flops: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def task_cost(model, inputs: list, output) -> TaskCost:
+    """Bytes and FLOPs of one forward call of the reference (counted by running it under FlopCounterMode)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    nbytes = sum(_nbytes(x) for x in inputs) + _nbytes(output)
+    nbytes += sum(_nbytes(p) for p in model.parameters()) + sum(_nbytes(b) for b in model.buffers())
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        model(*inputs)
+    return TaskCost(bytes=int(nbytes), flops=int(counter.get_total_flops()))
+
+
+def _nbytes(x) -> int:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, (list, tuple)):
+        return sum(_nbytes(o) for o in x)
+    return 0
+
+
+def floor_ms(cost: TaskCost, peaks: Peaks) -> float:
+    """The physical floor in milliseconds.
+
+    >>> floor_ms(TaskCost(bytes=3_000_000_000, flops=0), Peaks(3000.0, 50.0, None, None))
+    1.0
+    >>> floor_ms(TaskCost(bytes=0, flops=2 * 10**12), Peaks(3000.0, 50.0, 400.0, 800.0))
+    2.5
+    """
+    memory = cost.bytes / (peaks.bandwidth_gbs * 1e9)
+    compute = cost.flops / (peaks.best_tflops * 1e12)
+    return 1e3 * max(memory, compute)
+
+
+def achieved(cost: TaskCost, peaks: Peaks, ms: float) -> dict:
+    """Achieved bandwidth and FLOP rate for a time, as numbers and as shares of the measured peaks.
+
+    >>> r = achieved(TaskCost(bytes=1_500_000_000, flops=0), Peaks(3000.0, 50.0, None, None), 1.0)
+    >>> r["bandwidth_gbs"], r["bandwidth_pct"]
+    (1500.0, 50.0)
+    """
+    s = ms / 1e3
+    out = {
+        "bandwidth_gbs": cost.bytes / s / 1e9,
+        "bandwidth_pct": 100 * cost.bytes / s / 1e9 / peaks.bandwidth_gbs,
+        "tflops": cost.flops / s / 1e12,
+    }
+    out["fp32_pct"] = 100 * out["tflops"] / peaks.fp32_tflops
+    if peaks.bf16_tflops:
+        out["bf16_pct"] = 100 * out["tflops"] / peaks.bf16_tflops
+    out["bound"] = (
+        "memory" if cost.bytes / (peaks.bandwidth_gbs * 1e9) >= cost.flops / (peaks.best_tflops * 1e12) else "compute"
+    )
+    return out

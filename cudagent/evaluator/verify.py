@@ -1,0 +1,211 @@
+"""The trials, run from the trusted parent against a candidate loaded in a child.
+
+    stock-1..5       get_inputs() with fresh secret seeds (the first also records kernels and streams on CUDA)
+    mutation         the same input buffers, new contents
+    sparse-mutation  the same buffers, a small block changed
+    determinism      stock-1's contents again, in fresh buffers: must match the reference and stock-1's output
+    stress           heavy tails, other scale and offset, spikes, a comb (see trials.py)
+    random-weights   every parameter and buffer redrawn, then a fresh stock draw
+
+The reference model and its outputs never leave this process.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from cudagent.evaluator.compare import Tolerance, compare
+from cudagent.evaluator.judge import Extension, judge_call, judge_failed_call
+from cudagent.evaluator.session import ChildProcess
+from cudagent.evaluator.trials import sparse_mutation, stress_inputs
+from cudagent.evaluator.verdict import Trial, Verdict
+from cudagent.hardware import DeviceInfo
+from cudagent.task import Task, randomized_state
+from cudagent.workspace import CandidateFormat, Workspace
+
+REDUCED_PRECISION_REL_L2 = 1e-4  # fp32 arithmetic lands far below; tf32/bf16/fp16 above
+LOAD_STAGES = {
+    "import": ("IMPORT_FAILED", "importing model_new.py failed"),
+    "init": ("INIT_FAILED", "ModelNew(*get_init_inputs()) failed"),
+    "load_state_dict": ("STATE_DICT_MISMATCH", "ModelNew does not accept the reference's state_dict (strict)"),
+}
+
+
+class _Stop(Exception):
+    """A fatal error in the child (a sticky CUDA error): no further trial can run."""
+
+
+class TrialRunner:
+    def __init__(
+        self,
+        task: Task,
+        device: DeviceInfo,
+        child: ChildProcess,
+        tolerance: Tolerance,
+        call_timeout_s: float,
+        verdict: Verdict,
+    ):
+        self.task, self.device, self.child, self.tol = task, device, child, tolerance
+        self.call_timeout_s, self.v = call_timeout_s, verdict
+        self.ext: Extension | None = None
+        self.worst_rel_l2, self.fp32_outputs = 0.0, False
+
+    def run(self, ws: Workspace, stock_trials: int, load_timeout_s: float):
+        """Load the candidate and run every trial; return the reference model matching the child's weights, or
+        None when the candidate could not be loaded or a fatal error stopped the trials."""
+        dev = self.device.kind
+        ref = self.task.build_model(secrets.randbits(62), dev)
+        if not self._load(ws, ref, load_timeout_s):
+            return None
+        self.v.correct = True
+        try:
+            stock = [self.task.make_inputs(secrets.randbits(62), dev) for _ in range(stock_trials)]
+            outs = [self._call(f"stock-{i + 1}", x, ref, observe=(i == 0)) for i, x in enumerate(stock)]
+            current = self.task.make_inputs(secrets.randbits(62), dev)
+            self._call("mutation", current, ref, reuse=True)
+            mutated, changed = sparse_mutation(current, secrets.randbits(62))
+            if changed:
+                self._call("sparse-mutation", mutated, ref, reuse=True)
+            again = self._call("determinism", [x.clone() for x in stock[0]], ref)
+            if outs[0] is not None and again is not None:
+                same = compare(outs[0], again, self.tol, name="output", check_device=False)
+                if not same.ok:
+                    self.v.reject(
+                        "NONDETERMINISTIC",
+                        f"[determinism] the same inputs gave a different output than "
+                        f"in stock-1: {same.violations[0].message}",
+                    )
+            self._stress(ref)
+            ref = self._random_weights(ref)
+        except _Stop:
+            return None
+        if self.v.correct and self.fp32_outputs and self.worst_rel_l2 > REDUCED_PRECISION_REL_L2:
+            self.v.flags.append(
+                f"REDUCED_PRECISION: relative L2 error {self.worst_rel_l2:.2e} suggests "
+                "reduced-precision arithmetic (tf32, fp16 or bf16); the tolerance allows it"
+            )
+        return ref
+
+    def _load(self, ws: Workspace, ref, timeout_s: float) -> bool:
+        msg = load_message(self.task, ws, self.device, ref)
+        reply = self.child.request(msg, timeout_s=timeout_s, what="loading ModelNew")
+        if not reply.get("ok", False):
+            code, text = LOAD_STAGES.get(reply.get("stage"), LOAD_STAGES["import"])
+            if "defines no class ModelNew" in str(reply.get("error")):
+                code = "NO_MODELNEW"
+            self.v.reject(code, f"{text}: {_short(reply.get('error'))}")
+            return False
+        self.ext = Extension.from_reply(reply)
+        if self.ext.defined is None and self.device.is_cuda:
+            self.v.notes.append("nm was not found: the check that your own kernels ran was skipped")
+        return True
+
+    def _call(self, name: str, inputs: list, model, reuse: bool = False, observe: bool = False):
+        expected = self.task.run(model, inputs)
+        self.fp32_outputs = self.fp32_outputs or _has_fp32(expected)
+        out_bytes = _nbytes_list(expected)
+        msg = {
+            "op": "call",
+            "inputs": [x.cpu() for x in inputs],
+            "reuse": reuse,
+            "observe_kernels": observe,
+            "poison_nbytes": out_bytes + [x.numel() * x.element_size() for x in inputs],
+        }
+        reply = self.child.request(
+            msg, timeout_s=self.call_timeout_s, max_bytes=(16 << 20) + 2 * sum(out_bytes), what=f"trial {name}"
+        )
+        comparison = None
+        if not reply.get("ok", False):
+            found = judge_failed_call(reply, name)
+        else:
+            found, comparison = judge_call(reply, expected, name, self.tol, self.ext, self.device.is_cuda)
+            self.worst_rel_l2 = max(self.worst_rel_l2, comparison.rel_l2)
+        for f in found:
+            self.v.reject(f.code, f.message)
+        self.v.trials.append(
+            Trial(
+                name,
+                not found,
+                comparison.max_abs_error if comparison else None,
+                comparison.worst_tolerance_ratio if comparison else None,
+                found[0].message if found else None,
+            )
+        )
+        if comparison and (self.v.max_abs_error is None or comparison.max_abs_error > self.v.max_abs_error):
+            self.v.max_abs_error = comparison.max_abs_error
+        if reply.get("fatal"):
+            raise _Stop()
+        return reply.get("outputs") if reply.get("ok") else None
+
+    def _stress(self, ref) -> None:
+        """Stress inputs, falling back to milder ones where the reference itself stops being finite."""
+        base = self.task.make_inputs(secrets.randbits(62), self.device.kind)
+        stock_finite = _all_finite(self.task.run(ref, base))
+        for mild in (False, True):
+            inputs = stress_inputs(base, secrets.randbits(62), mild=mild)
+            if not stock_finite or _all_finite(self.task.run(ref, inputs)):
+                self._call("stress-mild" if mild else "stress", inputs, ref)
+                return
+        self.v.notes.append("the stress trial was skipped: the reference is not finite on stressed inputs")
+
+    def _random_weights(self, ref):
+        randomized = self.task.build_model(secrets.randbits(62), self.device.kind)
+        randomized.load_state_dict(randomized_state(ref, secrets.randbits(62)))
+        reply = self.child.request({"op": "load_state", "state_dict": cpu_state(randomized)}, timeout_s=120)
+        if not reply.get("ok", False):
+            self.v.reject("STATE_DICT_MISMATCH", f"[random-weights] {_short(reply.get('error'))}")
+            return ref
+        self._call("random-weights", self.task.make_inputs(secrets.randbits(62), self.device.kind), randomized)
+        return randomized
+
+
+def load_message(task: Task, ws: Workspace, device: DeviceInfo, ref) -> dict:
+    """The request that makes a child import model_new.py and build ModelNew with the reference's weights."""
+    msg = {
+        "op": "load",
+        "model_new": str(ws.model_new_py),
+        "device": device.kind,
+        "init_inputs": task.init_inputs(),
+        "state_dict": cpu_state(ref),
+        "seed": secrets.randbits(31),
+    }
+    if ws.candidate_format() is CandidateFormat.WORKSPACE:
+        msg["build_dir"] = str(ws.build_dir)
+    else:
+        msg["extensions_dir"] = str(ws.inline_build_dir)
+    return msg
+
+
+def cpu_state(model) -> dict:
+    return {k: (v.detach().cpu() if hasattr(v, "detach") else v) for k, v in model.state_dict().items()}
+
+
+def _nbytes_list(out) -> list[int]:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out.numel() * out.element_size()]
+    if isinstance(out, (list, tuple)):
+        return [n for o in out for n in _nbytes_list(o)]
+    return []
+
+
+def _has_fp32(out) -> bool:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out.dtype == torch.float32
+    return isinstance(out, (list, tuple)) and any(_has_fp32(o) for o in out)
+
+
+def _all_finite(out) -> bool:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return not out.is_floating_point() or bool(torch.isfinite(out).all())
+    return all(_all_finite(o) for o in out) if isinstance(out, (list, tuple)) else True
+
+
+def _short(err, limit: int = 1500) -> str:
+    text = str(err or "").strip()
+    return text if len(text) <= limit else text[:limit] + " ..."
