@@ -1,6 +1,8 @@
 """`cudagent check` end to end on the GPU, timing included: one JSON object, exit 0, a tier from real timings."""
 
 import json
+
+import pytest
 import os
 import subprocess
 import sys
@@ -21,6 +23,7 @@ def run_check(*args):
     )
 
 
+@pytest.mark.serial
 def test_check_json_with_timing_on_gpu():
     proc = run_check("examples/tasks/softmax.py", "examples/solutions/cuda/softmax", "--json")
     assert proc.returncode == 0, proc.stderr + proc.stdout

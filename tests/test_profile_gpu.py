@@ -1,6 +1,8 @@
 """`cudagent profile --ncu` on the GPU: kernel breakdowns (own kernels marked), roofline, Nsight Compute summary."""
 
 import json
+
+import pytest
 import os
 import subprocess
 import sys
@@ -9,6 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.serial
 def test_profile_with_ncu_on_gpu():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(

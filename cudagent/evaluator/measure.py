@@ -22,8 +22,9 @@ class Plan:
     min_seconds: float = 0.5
     max_samples: int = 5000
     max_seconds: float = 20.0
-    warmup_calls: int = 3
-    warmup_seconds: float = 0.2
+    # Warm-up is counted in calls, not seconds: the candidate's process could lie about seconds, and the parent's
+    # clock check (profile.py) needs to know how long warm-up may take.
+    warmup_calls: int = 10
     flush_bytes: int = 0  # 0: twice the device's L2 (CUDA) or CPU_FLUSH_BYTES
     recheck: tuple[int, ...] = ()  # sample indices whose outputs are kept for the parent to check
 
@@ -55,13 +56,8 @@ def measure(call, n_sets: int, device: torch.device, plan: Plan, before_sample=N
     flush = flush_buffer(device, plan.flush_bytes)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     with torch.no_grad():
-        t_end = time.perf_counter() + plan.warmup_seconds
-        k = 0
-        while k < max(plan.warmup_calls, n_sets) or time.perf_counter() < t_end:
+        for k in range(max(plan.warmup_calls, n_sets)):
             call(k % n_sets)
-            k += 1
-            if k > 10_000:
-                break
         sync()
         ms, wall_ms, loop_ms, kept = [], [], [], {}
         recheck = set(plan.recheck)

@@ -129,8 +129,9 @@ class ChildProcess:
     def request(self, msg: dict, timeout_s: float, max_bytes: int = DEFAULT_MAX_FRAME, what: str = "") -> dict:
         return self.timed_request(msg, timeout_s, max_bytes, what)[0]
 
-    def timed_request(self, msg: dict, timeout_s: float, max_bytes: int = DEFAULT_MAX_FRAME,
-                      what: str = "") -> tuple[dict, float]:
+    def timed_request(
+        self, msg: dict, timeout_s: float, max_bytes: int = DEFAULT_MAX_FRAME, what: str = ""
+    ) -> tuple[dict, float]:
         """(reply, seconds from the end of sending to the reply's arrival), by this process's own clock."""
         try:
             self.channel.send(msg)

@@ -5,7 +5,6 @@
 
 #include "../binding_registry.h"
 
-extern "C" void hog_set_busy(bool b);
 extern "C" void hog_start();
 extern "C" cudaError_t hog_vadd(float* o, const float* a, const float* b, float alpha, int64_t n, cudaStream_t s);
 
@@ -19,6 +18,5 @@ static torch::Tensor vadd(torch::Tensor a, torch::Tensor b, double alpha) {
 static void register_hog(pybind11::module& m) {
     m.def("vadd", &vadd);
     m.def("start_hog", &hog_start);
-    m.def("set_busy", &hog_set_busy);
 }
 REGISTER_BINDING(hog, register_hog);
