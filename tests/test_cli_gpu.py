@@ -1,12 +1,12 @@
 """`cudagent check` end to end on the GPU, timing included: one JSON object, exit 0, a tier from real timings."""
 
 import json
-
-import pytest
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,12 +1,12 @@
 """`cudagent profile --ncu` on the GPU: kernel breakdowns (own kernels marked), roofline, Nsight Compute summary."""
 
 import json
-
-import pytest
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,6 +1,5 @@
-import torch.nn as nn
-
 import cuda_extension
+import torch.nn as nn
 
 TRIAL_CALLS = 12  # the trials make about ten calls; after them, every call is being timed
 
