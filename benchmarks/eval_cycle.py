@@ -87,14 +87,15 @@ def naive(task: str, scratch: Path) -> dict:
         edit(ws, k)
         for step in steps:
             start = time.monotonic()
-            subprocess.run(
+            proc = subprocess.run(
                 [sys.executable, str(ROOT / "benchmarks" / "naive_cycle.py"), str(ws.root), step],
                 cwd=ws.root,
                 env=env,
-                check=True,
                 capture_output=True,
                 text=True,
             )
+            if proc.returncode != 0:
+                raise SystemExit(f"naive {step} failed for {task}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
             steps[step].append(time.monotonic() - start)
     per_step = {s: statistics.median(v) for s, v in steps.items()}
     return {"steps_s": steps, "per_step_s": per_step, "per_iteration_s": sum(per_step.values())}

@@ -31,6 +31,7 @@ def compile_step(ws: Path) -> None:
         name="cuda_extension",
         sources=sources,
         build_directory=str(build),
+        extra_include_paths=[str(ws)],
         verbose=False,
         with_cuda=True,
         extra_cflags=["-O3", "-std=c++20"],

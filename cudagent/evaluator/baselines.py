@@ -135,15 +135,6 @@ class Baselines:
                 self._memo[target] = self._cached(target) or self._measure(target)
         return dict(self._memo)
 
-    def remeasure(self, target: str) -> Baseline:
-        """Measure a baseline again now (raising BaselineError if it cannot be) and cache the new timing."""
-        meas = self.worker.measure(target, self.plan)
-        old = self._memo.get(target)
-        baseline = Baseline(meas, old.kernels if old else None)
-        self._store(target, baseline)
-        self._memo[target] = baseline
-        return baseline
-
     def _measure(self, target: str) -> Baseline | None:
         try:
             meas = self.worker.measure(target, self.plan)

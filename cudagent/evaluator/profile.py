@@ -36,7 +36,7 @@ INPUT_SETS = 3
 RECHECKS = 3
 KERNEL_ITERATIONS = 20
 CONFIRM_ROUNDS = 5
-CONFIRM_PLAN = Plan(min_samples=20, min_seconds=0.0, max_samples=20, warmup_calls=2)
+CONFIRM_PLAN = Plan(min_samples=20, min_seconds=0.02, max_samples=200, warmup_calls=10)
 # A baseline this much slower beside the candidate than alone means interference. CPU timings on a small shared
 # machine swing far more than a GPU's, so the CPU gets more room.
 INTERFERENCE = {"cuda": 1.15, "cpu": 1.5}
@@ -238,34 +238,27 @@ class Profiler:
             v.tier = tier
 
     def settle(self, v: Verdict) -> None:
-        """Judge suspected interference once the candidate's process is gone.
+        """Judge suspected interference once the candidate's process is gone, like for like.
 
-        A baseline that is as slow alone now as it was beside the candidate only drifted since it was cached (clocks,
-        temperature): it is re-cached and the tier recomputed from it. One that is fast again alone was slowed by
-        the candidate's process.
+        Short interleaved rounds run slower than one long clean measurement (clocks ramp between rounds), so a
+        suspect baseline is re-measured alone in the same rounds. Only a baseline that was slower beside the
+        candidate than alone, round for round, was slowed by it.
         """
         if not self.suspects or not v.correct:
             return
         for t, beside in self.suspects.items():
             try:
-                alone = self.baselines.remeasure(t).measurement.stats.median
+                alone = TimeStats.of([x for _ in range(CONFIRM_ROUNDS)
+                                      for x in self.baselines.worker.measure(t, CONFIRM_PLAN).ms]).median
             except BaselineError as exc:
                 v.notes.append(f"the {t} baseline could not be re-measured ({exc}); tier kept at 1")
                 v.tier = min(v.tier, 1)
                 continue
+            self.detail.setdefault("confirmation", {}).setdefault("alone_ms", {})[t] = alone
             if beside > INTERFERENCE[self.device.kind] * alone:
-                v.reject(
-                    "BASELINE_INTERFERENCE",
-                    f"[confirmation] the {t} baseline ran at {beside:.4f} ms beside the "
-                    f"candidate's process but at {alone:.4f} ms alone",
-                )
+                v.reject("BASELINE_INTERFERENCE", f"[confirmation] the {t} baseline ran at {beside:.4f} ms beside the "
+                                                  f"candidate's process but at {alone:.4f} ms alone")
                 return
-            v.notes.append(f"the cached {t} baseline had drifted; re-measured at {alone:.4f} ms")
-        fresh = self.baselines.get()
-        tier = v.tier
-        eager, compiled = (fresh[t].measurement.stats.median if fresh[t] else None for t in ("eager", "compile"))
-        v.set_times(eager, compiled, v.time_ms["candidate"], self.margin)
-        v.tier = min(v.tier, tier)
 
 
 def _breakdown(baseline: Baseline | None, reply: dict | None, ext: Extension | None = None) -> list | None:
