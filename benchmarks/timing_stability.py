@@ -1,8 +1,8 @@
 """Benchmark: how much one candidate's measured time moves between separate evaluations.
 
 Each candidate is built and verified once, then timed REPEATS times in separate calls, each in a fresh child
-process with fresh inputs and the full timing protocol; the spread is max/min - 1 of the medians. Target: at most 2% for kernels of 50 us and
-more; smaller kernels are reported too.
+process with fresh inputs and the full timing protocol; the spread is max/min - 1 of the medians. Target: at most
+2% for kernels of 50 us and more; smaller kernels are reported too.
 
     python benchmarks/timing_stability.py [--out benchmarks/results/timing_stability.json]
 """
