@@ -14,7 +14,7 @@ import os
 import secrets
 from dataclasses import asdict, dataclass
 
-from cudagent.evaluator.measure import Plan
+from cudagent.evaluator.measure import INPUT_SETS, Plan
 from cudagent.evaluator.session import ChildFailure, ChildProcess
 from cudagent.evaluator.verdict import TimeStats
 from cudagent.hardware import DeviceInfo
@@ -23,7 +23,6 @@ from cudagent.task import Task
 
 # Bump when the measurement changes, so timings measured the old way are not compared with new ones.
 PROTOCOL_VERSION = "2"
-INPUT_SETS = 3
 WORKER_TIMEOUT_S = 1200.0
 BREAKDOWN_ITERATIONS = 20
 TARGETS = ("eager", "compile")

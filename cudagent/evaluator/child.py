@@ -22,6 +22,7 @@ import torch
 
 from cudagent.evaluator import runtime_audit as audit
 from cudagent.evaluator.measure import Plan, measure
+from cudagent.evaluator.trees import tensors
 from cudagent.evaluator.wire import Channel, ChannelClosed
 
 
@@ -40,17 +41,6 @@ def _to(obj, device):
     if isinstance(obj, (list, tuple)):
         return type(obj)(_to(o, device) for o in obj)
     return obj
-
-
-def _tensors(obj):
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, (list, tuple)):
-        for o in obj:
-            yield from _tensors(o)
-    elif isinstance(obj, dict):
-        for o in obj.values():
-            yield from _tensors(o)
 
 
 class Harness:
@@ -204,10 +194,10 @@ class Harness:
 
     def _aliasing(self, out) -> list[str]:
         found = []
-        outs = [t for t in _tensors(out) if type(t) is torch.Tensor]
+        outs = [t for t in tensors(out) if type(t) is torch.Tensor]
         inputs = [audit.storage_span(x) for x in self.inputs]
         params = [audit.storage_span(p) for p in list(self.model.parameters()) + list(self.model.buffers())]
-        previous = [audit.storage_span(t) for t in _tensors(self.last_outputs) if type(t) is torch.Tensor]
+        previous = [audit.storage_span(t) for t in tensors(self.last_outputs) if type(t) is torch.Tensor]
         for i, t in enumerate(outs):
             span = audit.storage_span(t)
             if any(audit.overlaps(span, s) for s in inputs):

@@ -22,17 +22,17 @@ from dataclasses import asdict, dataclass, field
 from cudagent.evaluator.baselines import Baseline, BaselineError, Baselines, Measurement
 from cudagent.evaluator.compare import Tolerance, compare
 from cudagent.evaluator.judge import Extension
-from cudagent.evaluator.measure import Plan
+from cudagent.evaluator.measure import INPUT_SETS, Plan
 from cudagent.evaluator.peaks import Peaks
 from cudagent.evaluator.roofline import TaskCost, achieved, floor_ms
 from cudagent.evaluator.runtime_audit import kernel_base_name
 from cudagent.evaluator.session import ChildProcess
+from cudagent.evaluator.trees import nbytes
 from cudagent.evaluator.trials import sparse_mutation
 from cudagent.evaluator.verdict import TimeStats, Verdict, reward_tier
 from cudagent.hardware import DeviceInfo
 from cudagent.task import Task
 
-INPUT_SETS = 3
 RECHECKS = 3
 KERNEL_ITERATIONS = 20
 CONFIRM_ROUNDS = 5
@@ -101,7 +101,7 @@ class Profiler:
                 current[k] = new
                 mutations[str(i)] = [x.cpu() for x in new]
             pick_expected[i] = self.task.run(ref_model, current[k]) if changed else expected[k]
-        out_bytes = sum(_nbytes(e) for e in expected)
+        out_bytes = sum(nbytes(e) for e in expected)
         reply, elapsed = child.timed_request(
             {
                 "op": "time",
@@ -248,16 +248,20 @@ class Profiler:
             return
         for t, beside in self.suspects.items():
             try:
-                alone = TimeStats.of([x for _ in range(CONFIRM_ROUNDS)
-                                      for x in self.baselines.worker.measure(t, CONFIRM_PLAN).ms]).median
+                alone = TimeStats.of(
+                    [x for _ in range(CONFIRM_ROUNDS) for x in self.baselines.worker.measure(t, CONFIRM_PLAN).ms]
+                ).median
             except BaselineError as exc:
                 v.notes.append(f"the {t} baseline could not be re-measured ({exc}); tier kept at 1")
                 v.tier = min(v.tier, 1)
                 continue
             self.detail.setdefault("confirmation", {}).setdefault("alone_ms", {})[t] = alone
             if beside > INTERFERENCE[self.device.kind] * alone:
-                v.reject("BASELINE_INTERFERENCE", f"[confirmation] the {t} baseline ran at {beside:.4f} ms beside the "
-                                                  f"candidate's process but at {alone:.4f} ms alone")
+                v.reject(
+                    "BASELINE_INTERFERENCE",
+                    f"[confirmation] the {t} baseline ran at {beside:.4f} ms beside the "
+                    f"candidate's process but at {alone:.4f} ms alone",
+                )
                 return
 
 
@@ -280,13 +284,3 @@ def _breakdown(baseline: Baseline | None, reply: dict | None, ext: Extension | N
             row["own"] = kernel_base_name(k["name"]) in ext.defined
         rows.append(row)
     return rows
-
-
-def _nbytes(out) -> int:
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return out.numel() * out.element_size()
-    if isinstance(out, (list, tuple)):
-        return sum(_nbytes(o) for o in out)
-    return 0

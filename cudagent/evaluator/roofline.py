@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from cudagent.evaluator.peaks import Peaks
+from cudagent.evaluator.trees import nbytes
 
 
 @dataclass(frozen=True)
@@ -27,22 +28,11 @@ def task_cost(model, inputs: list, output) -> TaskCost:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    nbytes = sum(_nbytes(x) for x in inputs) + _nbytes(output)
-    nbytes += sum(_nbytes(p) for p in model.parameters()) + sum(_nbytes(b) for b in model.buffers())
+    total = nbytes(inputs) + nbytes(output) + nbytes(list(model.parameters())) + nbytes(list(model.buffers()))
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter:
         model(*inputs)
-    return TaskCost(bytes=int(nbytes), flops=int(counter.get_total_flops()))
-
-
-def _nbytes(x) -> int:
-    import torch
-
-    if isinstance(x, torch.Tensor):
-        return x.numel() * x.element_size()
-    if isinstance(x, (list, tuple)):
-        return sum(_nbytes(o) for o in x)
-    return 0
+    return TaskCost(bytes=int(total), flops=int(counter.get_total_flops()))
 
 
 def floor_ms(cost: TaskCost, peaks: Peaks) -> float:

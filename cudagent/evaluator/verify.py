@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import secrets
 
+import torch
+
 from cudagent.evaluator.compare import Tolerance, compare
 from cudagent.evaluator.judge import Extension, judge_call, judge_failed_call
 from cudagent.evaluator.session import ChildProcess
+from cudagent.evaluator.trees import all_finite, has_dtype, nbytes_list
 from cudagent.evaluator.trials import sparse_mutation, stress_inputs
 from cudagent.evaluator.verdict import Trial, Verdict
 from cudagent.hardware import DeviceInfo
@@ -102,8 +105,8 @@ class TrialRunner:
 
     def _call(self, name: str, inputs: list, model, reuse: bool = False, observe: bool = False):
         expected = self.task.run(model, inputs)
-        self.fp32_outputs = self.fp32_outputs or _has_fp32(expected)
-        out_bytes = _nbytes_list(expected)
+        self.fp32_outputs = self.fp32_outputs or has_dtype(expected, torch.float32)
+        out_bytes = nbytes_list(expected)
         msg = {
             "op": "call",
             "inputs": [x.cpu() for x in inputs],
@@ -140,10 +143,10 @@ class TrialRunner:
     def _stress(self, ref) -> None:
         """Stress inputs, falling back to milder ones where the reference itself stops being finite."""
         base = self.task.make_inputs(secrets.randbits(62), self.device.kind)
-        stock_finite = _all_finite(self.task.run(ref, base))
+        stock_finite = all_finite(self.task.run(ref, base))
         for mild in (False, True):
             inputs = stress_inputs(base, secrets.randbits(62), mild=mild)
-            if not stock_finite or _all_finite(self.task.run(ref, inputs)):
+            if not stock_finite or all_finite(self.task.run(ref, inputs)):
                 self._call("stress-mild" if mild else "stress", inputs, ref)
                 return
         self.v.notes.append("the stress trial was skipped: the reference is not finite on stressed inputs")
@@ -178,32 +181,6 @@ def load_message(task: Task, ws: Workspace, device: DeviceInfo, ref) -> dict:
 
 def cpu_state(model) -> dict:
     return {k: (v.detach().cpu() if hasattr(v, "detach") else v) for k, v in model.state_dict().items()}
-
-
-def _nbytes_list(out) -> list[int]:
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return [out.numel() * out.element_size()]
-    if isinstance(out, (list, tuple)):
-        return [n for o in out for n in _nbytes_list(o)]
-    return []
-
-
-def _has_fp32(out) -> bool:
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return out.dtype == torch.float32
-    return isinstance(out, (list, tuple)) and any(_has_fp32(o) for o in out)
-
-
-def _all_finite(out) -> bool:
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return not out.is_floating_point() or bool(torch.isfinite(out).all())
-    return all(_all_finite(o) for o in out) if isinstance(out, (list, tuple)) else True
 
 
 def _short(err, limit: int = 1500) -> str:

@@ -6,13 +6,20 @@ import pytest
 
 import cudagent.evaluator.roofline
 import cudagent.evaluator.runtime_audit
+import cudagent.evaluator.trees
 import cudagent.evaluator.verdict
 import cudagent.hardware
 
 
 @pytest.mark.parametrize(
     "module",
-    [cudagent.evaluator.verdict, cudagent.hardware, cudagent.evaluator.runtime_audit, cudagent.evaluator.roofline],
+    [
+        cudagent.evaluator.verdict,
+        cudagent.hardware,
+        cudagent.evaluator.runtime_audit,
+        cudagent.evaluator.roofline,
+        cudagent.evaluator.trees,
+    ],
 )
 def test_doctests(module):
     failures, tried = doctest.testmod(module)
