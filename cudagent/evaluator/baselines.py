@@ -134,6 +134,14 @@ class Baselines:
                 self._memo[target] = self._cached(target) or self._measure(target)
         return dict(self._memo)
 
+    def refresh(self, target: str) -> Baseline:
+        """Measure a baseline again now (BaselineError if it cannot be) and replace the cached timing."""
+        old = self._memo.get(target)
+        baseline = Baseline(self.worker.measure(target, self.plan), old.kernels if old else None)
+        self._store(target, baseline)
+        self._memo[target] = baseline
+        return baseline
+
     def _measure(self, target: str) -> Baseline | None:
         try:
             meas = self.worker.measure(target, self.plan)

@@ -9,6 +9,7 @@ Tensors travel as CPU bytes; their original device and exact class are recorded 
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import socket
@@ -85,8 +86,18 @@ def _enc_tensor(t, buffers: list) -> dict:
     flat = data.contiguous().reshape(-1)
     if flat.numel() > 0:
         meta["__tensor__"] = len(buffers)
-        buffers.append(memoryview(flat.view(torch.uint8).numpy()))
+        buffers.append(_bytes_of(flat))
     return meta
+
+
+def _bytes_of(t) -> memoryview:
+    """A zero-copy view of a contiguous CPU tensor's bytes (through ctypes: torch does not need NumPy).
+
+    The view keeps the tensor alive for as long as the view lives."""
+    n = t.numel() * t.element_size()
+    array = (ctypes.c_char * n).from_address(t.data_ptr())
+    array._keep = t  # the memory belongs to the tensor
+    return memoryview(array).cast("B")
 
 
 def decode(doc_bytes: bytes, buffers: list[bytearray]) -> Any:
