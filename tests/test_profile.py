@@ -38,3 +38,35 @@ def test_profile_json_and_text(tmp_path):
     lines = text.stdout.splitlines()
     assert lines[0].startswith("CORRECT (tier ")
     assert any(ln.strip().startswith("candidate:") for ln in lines) and any("roofline:" in ln for ln in lines)
+
+
+def test_a_stale_cached_baseline_is_measured_again(tmp_path):
+    import shutil
+
+    cand = tmp_path / "candidate"
+    shutil.copytree(ROOT / "tests/adversarial/kernels/cpu", cand / "kernels")
+    shutil.copy(ROOT / "tests/adversarial/cases/control_inplace_on_own_output/model_new.py", cand / "model_new.py")
+    env = dict(os.environ, CUDAGENT_CACHE_DIR=str(tmp_path / "cache"))
+    args = [
+        sys.executable,
+        "-m",
+        "cudagent",
+        "profile",
+        "tests/adversarial/tasks/vadd.py",
+        str(cand),
+        "--device",
+        "cpu",
+        "--json",
+    ]
+    first = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
+    assert first.returncode == 0, first.stderr
+    honest = json.loads(first.stdout)["time_ms"]["eager"]
+    for path in (tmp_path / "cache" / "baselines").glob("*.json"):  # as if measured on a very busy machine
+        data = json.loads(path.read_text())
+        for key in ("median", "p10", "p90", "mean"):
+            data["event_ms"][key] *= 50
+        path.write_text(json.dumps(data))
+    second = json.loads(subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=env, timeout=900).stdout)
+    assert any("was stale" in note for note in second["notes"]), second["notes"]
+    assert second["time_ms"]["eager"] < 10 * honest
+    assert not any(f.startswith("SPEEDUP_OVER_10X") for f in second["flags"])

@@ -1,7 +1,9 @@
 """The baselines: the task's reference timed eager and under torch.compile, in a clean process.
 
 A `ReferenceWorker` is a child process that loads only the task's text (never candidate code), so it stays clean
-for as long as its Evaluator lives and can be reused for every interleaved confirmation. Clean timings are cached
+for as long as its Evaluator lives and can be reused for every interleaved confirmation. Each baseline gets a worker
+of its own: eager and compiled code in one process disturb each other (two OpenMP users spinning on a small CPU
+slowed eager ops a hundredfold after compiled code had run). Clean timings are cached
 on disk per (task hash, GPU, driver, torch, compile mode, protocol): a run, or a whole machine, pays for them once.
 They are measured before any candidate process exists, so nothing a candidate does can slow them.
 """
@@ -22,7 +24,7 @@ from cudagent.resources import cache_dir
 from cudagent.task import Task
 
 # Bump when the measurement changes, so timings measured the old way are not compared with new ones.
-PROTOCOL_VERSION = "2"
+PROTOCOL_VERSION = "3"
 WORKER_TIMEOUT_S = 1200.0
 BREAKDOWN_ITERATIONS = 20
 TARGETS = ("eager", "compile")
@@ -67,9 +69,9 @@ class Baseline:
 
 
 class ReferenceWorker:
-    """A clean child holding the reference (eager and compiled) and its own input sets."""
+    """A clean child holding one form of the reference (eager, or compiled) and its own input sets."""
 
-    def __init__(self, task: Task, device: DeviceInfo, compile_mode: str):
+    def __init__(self, task: Task, device: DeviceInfo, compile_mode: str | None):
         self.task, self.device, self.compile_mode = task, device, compile_mode
         self.child: ChildProcess | None = None
 
@@ -123,7 +125,8 @@ class Baselines:
 
     def __init__(self, task: Task, device: DeviceInfo, compile_mode: str, plan: Plan):
         self.task, self.device, self.compile_mode, self.plan = task, device, compile_mode, plan
-        self.worker = ReferenceWorker(task, device, compile_mode)
+        self.workers = {"eager": ReferenceWorker(task, device, None),
+                        "compile": ReferenceWorker(task, device, compile_mode)}
         self._memo: dict[str, Baseline | None] = {}
         self.notes: list[str] = []
 
@@ -137,15 +140,15 @@ class Baselines:
     def refresh(self, target: str) -> Baseline:
         """Measure a baseline again now (BaselineError if it cannot be) and replace the cached timing."""
         old = self._memo.get(target)
-        baseline = Baseline(self.worker.measure(target, self.plan), old.kernels if old else None)
+        baseline = Baseline(self.measure(target, self.plan), old.kernels if old else None)
         self._store(target, baseline)
         self._memo[target] = baseline
         return baseline
 
     def _measure(self, target: str) -> Baseline | None:
         try:
-            meas = self.worker.measure(target, self.plan)
-            kernels = self.worker.kernels(target) if self.device.is_cuda else None
+            meas = self.measure(target, self.plan)
+            kernels = self.workers[target].kernels(target) if self.device.is_cuda else None
         except BaselineError as exc:
             self.notes.append(str(exc))
             return None
@@ -174,8 +177,13 @@ class Baselines:
             json.dump(baseline.to_dict(with_samples=True), f)
         os.replace(tmp, path)
 
+    def measure(self, target: str, plan: Plan) -> Measurement:
+        """Time a baseline now, in its own clean worker."""
+        return self.workers[target].measure(target, plan)
+
     def close(self) -> None:
-        self.worker.close()
+        for worker in self.workers.values():
+            worker.close()
 
 
 def compile_cache_env() -> dict[str, str]:

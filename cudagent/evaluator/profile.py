@@ -225,7 +225,7 @@ class Profiler:
                 samples["candidate"] += reply["ms"]
                 for t in ("eager", "compile"):
                     if baselines[t]:
-                        samples[t] += self.baselines.worker.measure(t, CONFIRM_PLAN).ms
+                        samples[t] += self.baselines.measure(t, CONFIRM_PLAN).ms
         except BaselineError as exc:
             v.notes.append(f"the interleaved confirmation could not run ({exc}); tier kept at 1")
             v.tier = 1
@@ -258,7 +258,7 @@ class Profiler:
         for t, beside in self.suspects.items():
             try:
                 alone = TimeStats.of(
-                    [x for _ in range(CONFIRM_ROUNDS) for x in self.baselines.worker.measure(t, CONFIRM_PLAN).ms]
+                    [x for _ in range(CONFIRM_ROUNDS) for x in self.baselines.measure(t, CONFIRM_PLAN).ms]
                 ).median
             except BaselineError as exc:
                 v.notes.append(f"the {t} baseline could not be re-measured ({exc}); tier kept at 1")
