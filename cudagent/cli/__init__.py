@@ -7,6 +7,7 @@ Human-facing text goes to stderr, results to stdout; every command ends with a d
 from __future__ import annotations
 
 import sys
+import warnings
 
 import typer
 
@@ -43,6 +44,9 @@ del _check
 
 
 def main() -> None:
+    # torch warns on import when NumPy is absent; cudagent does not need NumPy, and the warning would come before
+    # every message a user reads.
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     try:
         app()
     except CudagentError as exc:

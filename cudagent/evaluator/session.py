@@ -57,6 +57,8 @@ def child_env(home: str, extra: dict[str, str] | None = None) -> dict[str, str]:
         PYTHONNOUSERSITE="1",
         PYTHONDONTWRITEBYTECODE="1",
         PYTHONUNBUFFERED="1",
+        # torch warns on import when NumPy is absent; nothing here needs NumPy
+        PYTHONWARNINGS="ignore:Failed to initialize NumPy",
     )
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.update(extra or {})
