@@ -125,8 +125,10 @@ class Baselines:
 
     def __init__(self, task: Task, device: DeviceInfo, compile_mode: str, plan: Plan):
         self.task, self.device, self.compile_mode, self.plan = task, device, compile_mode, plan
-        self.workers = {"eager": ReferenceWorker(task, device, None),
-                        "compile": ReferenceWorker(task, device, compile_mode)}
+        self.workers = {
+            "eager": ReferenceWorker(task, device, None),
+            "compile": ReferenceWorker(task, device, compile_mode),
+        }
         self._memo: dict[str, Baseline | None] = {}
         self.notes: list[str] = []
 
