@@ -38,9 +38,11 @@ def _root(
     interrupted."""
 
 
-from cudagent.cli import check as _check  # noqa: E402  (registers its commands on `app`)
+from cudagent.cli import check as _check  # noqa: E402  (each module registers its commands on `app`)
+from cudagent.cli import optimize as _optimize  # noqa: E402
+from cudagent.cli import review as _review  # noqa: E402
 
-del _check
+del _check, _optimize, _review
 
 
 def main() -> None:

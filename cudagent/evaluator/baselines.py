@@ -139,6 +139,13 @@ class Baselines:
                 self._memo[target] = self._cached(target) or self._measure(target)
         return dict(self._memo)
 
+    def cached_medians(self) -> dict[str, float | None] | None:
+        """Median times (ms) already in the cache, without measuring anything; None unless eager is cached."""
+        found = {t: self._memo.get(t) or self._cached(t) for t in TARGETS}
+        if found["eager"] is None:
+            return None
+        return {t: (b.measurement.stats.median if b is not None else None) for t, b in found.items()}
+
     def refresh(self, target: str) -> Baseline:
         """Measure a baseline again now (BaselineError if it cannot be) and replace the cached timing."""
         old = self._memo.get(target)

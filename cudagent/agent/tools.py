@@ -1,0 +1,271 @@
+"""The agent's tools. Each call returns an Observation: the concise text the model reads, the full text the
+trajectory keeps, and structured data (the evaluator's verdict) the loop uses.
+
+Every path is relative to the workspace and must stay inside it; the reference, the fixed infrastructure and the
+build directory are read-only to the agent. The shell runs in the workspace, in a fresh process group that is
+killed on timeout, with credentials removed from its environment; fixed files it changes are restored at once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cudagent.procs import run_bounded
+from cudagent.workspace import BUILD, INFRA_FILES, MODEL, Workspace
+
+DEFAULT_BASH_TIMEOUT_S = 120
+MAX_BASH_TIMEOUT_S = 1800
+MODEL_HEAD_CHARS = 6000  # what the model sees of a long output: head and tail
+MODEL_TAIL_CHARS = 4000
+READ_LIMIT_LINES = 2000
+PROTECTED = (MODEL, *INFRA_FILES)
+_SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
+
+TOOL_SPECS: list[dict] = [
+    {
+        "name": "bash",
+        "description": "Run a shell command in the workspace (bash -c). Output is stdout and stderr merged.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "the command line"},
+                "timeout": {"type": "integer", "description": f"seconds, default {DEFAULT_BASH_TIMEOUT_S}"},
+            },
+            "required": ["command"],
+        },
+    },
+    {
+        "name": "read_file",
+        "description": "Read a text file of the workspace, with line numbers; optionally only lines start..end.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "start_line": {"type": "integer", "description": "first line, from 1"},
+                "end_line": {"type": "integer", "description": "last line, inclusive"},
+            },
+            "required": ["path"],
+        },
+    },
+    {
+        "name": "write_file",
+        "description": "Create or overwrite a file of the workspace (e.g. model_new.py, kernels/x.cu).",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"],
+        },
+    },
+    {
+        "name": "edit_file",
+        "description": "Replace one exact, unique occurrence of old_str by new_str in a file of the workspace.",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "old_str": {"type": "string"}, "new_str": {"type": "string"}},
+            "required": ["path", "old_str", "new_str"],
+        },
+    },
+    {
+        "name": "compile",
+        "description": "Build the extension from kernels/ (incremental); report the first compiler errors.",
+        "parameters": {"type": "object", "properties": {}},
+    },
+    {
+        "name": "verify",
+        "description": "Build, audit and check ModelNew against the reference on fresh random inputs (no timing).",
+        "parameters": {"type": "object", "properties": {}},
+    },
+    {
+        "name": "profile",
+        "description": "Verify, then time ModelNew against eager and torch.compile: reward tier, speedups, "
+        "where the time goes and how far from the hardware limit.",
+        "parameters": {"type": "object", "properties": {}},
+    },
+    {
+        "name": "finish",
+        "description": "End the run. The best verified kernel of the run is kept whatever the current files hold.",
+        "parameters": {
+            "type": "object",
+            "properties": {"summary": {"type": "string", "description": "what you built and what you found"}},
+            "required": ["summary"],
+        },
+    },
+]
+TOOL_NAMES = {t["name"] for t in TOOL_SPECS}
+
+
+def openai_tools() -> list[dict]:
+    return [{"type": "function", "function": spec} for spec in TOOL_SPECS]
+
+
+@dataclass
+class Observation:
+    text: str  # what the model reads
+    full_text: str | None = None  # when the model's text was cut: everything, for the trajectory
+    ok: bool = True
+    verdict: dict | None = None  # verify / profile: the evaluator's verdict
+    done: bool = False  # finish
+    seconds: float = 0.0
+    data: dict = field(default_factory=dict)
+
+
+class ToolRefused(Exception):
+    """A call the agent may not make (a path outside the workspace, a protected file); the message says why."""
+
+
+class Toolbox:
+    def __init__(self, ws: Workspace, task_source: str, evaluator_factory, sandbox=None):
+        self.ws, self.task_source = ws, task_source
+        self._evaluator_factory = evaluator_factory
+        self._evaluator = None
+        self.sandbox = sandbox  # wraps the shell command (cudagent.sandbox); None runs it as is
+
+    def close(self) -> None:
+        if self._evaluator is not None:
+            self._evaluator.close()
+            self._evaluator = None
+
+    @property
+    def evaluator(self):
+        if self._evaluator is None:
+            self._evaluator = self._evaluator_factory()
+        return self._evaluator
+
+    def run(self, name: str, args: dict) -> Observation:
+        start = time.monotonic()
+        try:
+            obs = getattr(self, f"_tool_{name}")(**_accepted(name, args))
+        except ToolRefused as exc:
+            obs = Observation(f"refused: {exc}", ok=False)
+        except TypeError as exc:
+            obs = Observation(f"bad arguments for {name}: {exc}", ok=False)
+        except (OSError, UnicodeError) as exc:
+            obs = Observation(f"{name} failed: {exc}", ok=False)
+        obs.seconds = time.monotonic() - start
+        return obs
+
+    # ----- paths ----------------------------------------------------------------------------------------------
+
+    def _path(self, path: str, write: bool) -> Path:
+        if not isinstance(path, str) or not path.strip():
+            raise ToolRefused("give a path relative to the workspace, e.g. kernels/my_kernel.cu")
+        root = self.ws.root.resolve()
+        target = (root / path).resolve() if not os.path.isabs(path) else Path(path).resolve()
+        if target != root and root not in target.parents:
+            raise ToolRefused(f"{path} is outside the workspace; paths are relative to {root}")
+        rel = target.relative_to(root)
+        if write:
+            if str(rel) in PROTECTED:
+                raise ToolRefused(f"{rel} is fixed (the reference or the build infrastructure) and read-only; "
+                                  "write your code in model_new.py and kernels/")
+            if rel.parts and rel.parts[0] in (BUILD, ".git"):
+                raise ToolRefused(f"{rel.parts[0]}/ belongs to cudagent; write your code in model_new.py and kernels/")
+        return target
+
+    # ----- tools ----------------------------------------------------------------------------------------------
+
+    def _tool_bash(self, command: str, timeout: int | None = None) -> Observation:
+        if not isinstance(command, str) or not command.strip():
+            return Observation("give a command to run", ok=False)
+        limit = DEFAULT_BASH_TIMEOUT_S if timeout is None else max(1, min(int(timeout), MAX_BASH_TIMEOUT_S))
+        argv = ["bash", "-c", command]
+        if self.sandbox is not None:
+            argv = self.sandbox.wrap(argv, self.ws)
+        result = run_bounded(argv, timeout_s=limit, env=shell_env(), cwd=str(self.ws.root))
+        text = result.output
+        if result.timed_out:
+            text += f"\n[the command ran past {limit} s and was killed with its process group]"
+        else:
+            text += f"\n[exit code {result.returncode}]"
+        restored = self.ws.ensure_infrastructure(self.task_source)
+        if restored:
+            text += f"\n[{', '.join(restored)} changed; restored: these files are read-only to you]"
+        return clip(text, ok=not result.timed_out and result.returncode == 0)
+
+    def _tool_read_file(self, path: str, start_line: int | None = None, end_line: int | None = None) -> Observation:
+        target = self._path(path, write=False)
+        if not target.is_file():
+            return Observation(f"{path} does not exist" if not target.exists() else f"{path} is not a file", ok=False)
+        lines = target.read_text(errors="replace").splitlines()
+        first = max(1, int(start_line or 1))
+        last = min(len(lines), int(end_line or len(lines)), first + READ_LIMIT_LINES - 1)
+        body = "\n".join(f"{i:6d}  {lines[i - 1]}" for i in range(first, last + 1))
+        more = f"\n[lines {last + 1}-{len(lines)} not shown: ask with start_line]" if last < len(lines) else ""
+        return clip(f"{path} ({len(lines)} lines)\n{body}{more}")
+
+    def _tool_write_file(self, path: str, content: str) -> Observation:
+        target = self._path(path, write=True)
+        if not isinstance(content, str):
+            return Observation("content must be a string", ok=False)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        existed = target.exists()
+        tmp = target.with_name(f".{target.name}.cudagent-tmp")
+        tmp.write_text(content)
+        os.replace(tmp, target)
+        n = content.count("\n") + (0 if content.endswith("\n") or not content else 1)
+        return Observation(f"{'overwrote' if existed else 'created'} {path} ({n} lines)")
+
+    def _tool_edit_file(self, path: str, old_str: str, new_str: str) -> Observation:
+        target = self._path(path, write=True)
+        if not target.is_file():
+            return Observation(f"{path} does not exist; create it with write_file", ok=False)
+        if not isinstance(old_str, str) or not old_str:
+            return Observation("old_str must be the exact, non-empty text to replace", ok=False)
+        text = target.read_text()
+        count = text.count(old_str)
+        if count == 0:
+            return Observation(f"old_str was not found in {path}; read the file and copy the text exactly", ok=False)
+        if count > 1:
+            return Observation(f"old_str occurs {count} times in {path}; include more context to make it unique",
+                               ok=False)
+        target.write_text(text.replace(old_str, str(new_str), 1))
+        line = text[: text.index(old_str)].count("\n") + 1
+        return Observation(f"edited {path} at line {line}")
+
+    def _tool_compile(self) -> Observation:
+        self.ws.ensure_infrastructure(self.task_source)
+        result = self.evaluator.build(self.ws)
+        if result.ok:
+            return Observation(f"build OK ({result.seconds:.1f} s)", data={"build": result.to_dict()})
+        head = "build TIMED OUT" if result.timed_out else "build FAILED"
+        return clip(f"{head} ({result.seconds:.1f} s)\n{result.errors or ''}", ok=False, data={"build": result.to_dict()})
+
+    def _tool_verify(self) -> Observation:
+        return self._evaluate(timing=False)
+
+    def _tool_profile(self) -> Observation:
+        return self._evaluate(timing=True)
+
+    def _evaluate(self, timing: bool) -> Observation:
+        verdict = self.evaluator.evaluate(self.ws, timing=timing)
+        obs = clip(verdict.summary(detail=timing), ok=verdict.correct)
+        obs.verdict = verdict.to_dict()
+        return obs
+
+    def _tool_finish(self, summary: str = "") -> Observation:
+        return Observation("finished", done=True, data={"summary": str(summary)})
+
+
+def _accepted(name: str, args: dict) -> dict:
+    """The arguments the tool declares; unknown ones are dropped (small models invent some)."""
+    spec = next(t for t in TOOL_SPECS if t["name"] == name)
+    known = spec["parameters"]["properties"]
+    return {k: v for k, v in (args or {}).items() if k in known}
+
+
+def clip(text: str, ok: bool = True, data: dict | None = None) -> Observation:
+    """Head and tail for the model when `text` is long; the whole of it kept for the trajectory."""
+    if len(text) <= MODEL_HEAD_CHARS + MODEL_TAIL_CHARS:
+        return Observation(text, ok=ok, data=data or {})
+    omitted = len(text) - MODEL_HEAD_CHARS - MODEL_TAIL_CHARS
+    short = (f"{text[:MODEL_HEAD_CHARS]}\n[... {omitted} characters omitted; narrow the command (grep, head) "
+             f"to see them ...]\n{text[-MODEL_TAIL_CHARS:]}")
+    return Observation(short, full_text=text, ok=ok, data=data or {})
+
+
+def shell_env() -> dict[str, str]:
+    """The user's environment without credentials: model-written commands never see API keys."""
+    return {k: v for k, v in os.environ.items() if not any(m in k.upper() for m in _SECRET_MARKERS)}

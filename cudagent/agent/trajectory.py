@@ -1,0 +1,179 @@
+"""The run directory and the trajectory in it.
+
+    <runs>/<run-id>/
+        trajectory.jsonl   a header line, then one line per finished turn, then an end line per ending
+        outputs/           full tool outputs too long for the model (the model saw head and tail)
+        worktree/ or repo/ the run's git checkout (gitrun.py)
+
+A turn line is appended and flushed to disk only after the turn's commit, and it carries the branch head and the
+loop's counters after the turn, so the file alone rebuilds the run: `--resume` replays it, resets the branch to
+the last recorded head and goes on. A line cut short by a kill is ignored. <runs> is $CUDAGENT_HOME/runs
+(default ~/.local/share/cudagent/runs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cudagent.errors import CudagentError
+
+TRAJECTORY = "trajectory.jsonl"
+
+
+def cudagent_home() -> Path:
+    root = os.environ.get("CUDAGENT_HOME") or os.path.join(
+        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "cudagent"
+    )
+    return Path(root)
+
+
+def runs_root() -> Path:
+    return cudagent_home() / "runs"
+
+
+def new_run_id(task_stem: str) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in task_stem)[:60] or "task"
+    base = f"{safe}-{stamp}"
+    run_id, n = base, 1
+    while (runs_root() / run_id).exists():
+        n += 1
+        run_id = f"{base}-{n}"
+    return run_id
+
+
+def find_run(ref: str) -> Path:
+    """A run directory from a run id, `last`, or a path."""
+    root = runs_root()
+    if ref == "last":
+        runs = list_runs()
+        if not runs:
+            raise CudagentError(f"there are no runs under {root} yet; start one with `cudagent optimize TASK`")
+        return runs[-1]
+    for candidate in (Path(ref).expanduser(), root / ref):
+        if (candidate / TRAJECTORY).is_file():
+            return candidate.resolve()
+    matches = [p for p in list_runs() if p.name.startswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise CudagentError(f"{ref!r} matches {len(matches)} runs; give more of the run id (see `cudagent runs`)")
+    raise CudagentError(f"no run {ref!r} under {root}; `cudagent runs` lists them")
+
+
+def list_runs() -> list[Path]:
+    root = runs_root()
+    if not root.is_dir():
+        return []
+    runs = [p for p in root.iterdir() if (p / TRAJECTORY).is_file()]
+    return sorted(runs, key=lambda p: (read_header(p).get("created", 0), p.name))
+
+
+def read_header(run_dir: Path) -> dict:
+    with open(run_dir / TRAJECTORY) as f:
+        return json.loads(f.readline())
+
+
+@dataclass
+class Trajectory:
+    run_dir: Path
+    header: dict
+    turns: list[dict] = field(default_factory=list)
+    ends: list[dict] = field(default_factory=list)
+    resumes: list[dict] = field(default_factory=list)
+
+    @property
+    def path(self) -> Path:
+        return self.run_dir / TRAJECTORY
+
+    @classmethod
+    def create(cls, run_dir: Path, header: dict) -> Trajectory:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "outputs").mkdir(exist_ok=True)
+        t = cls(run_dir, {"kind": "run", "version": 1, **header})
+        _append(t.path, t.header)
+        return t
+
+    @classmethod
+    def load(cls, run_dir: Path) -> Trajectory:
+        lines = (run_dir / TRAJECTORY).read_bytes().split(b"\n")
+        records = []
+        for i, raw in enumerate(lines):
+            if not raw.strip():
+                continue
+            try:
+                records.append(json.loads(raw))
+            except json.JSONDecodeError:
+                if i < len(lines) - 2:  # only the last line may be cut short (a kill while writing)
+                    raise CudagentError(f"{run_dir / TRAJECTORY} is damaged at line {i + 1}; the run cannot resume")
+        if not records or records[0].get("kind") != "run":
+            raise CudagentError(f"{run_dir / TRAJECTORY} has no header; it is not a cudagent run")
+        t = cls(run_dir, records[0])
+        for r in records[1:]:
+            if r.get("kind") == "turn":
+                t.turns.append(r)
+            elif r.get("kind") == "resume":
+                t.resumes.append(r)
+            else:
+                t.ends.append(r)
+        t._drop_cut_line()
+        return t
+
+    def _drop_cut_line(self) -> None:
+        """Rewrite the file without a trailing fragment, so that later appends start on a fresh line."""
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            keep = data[: data.rfind(b"\n") + 1]
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_bytes(keep)
+            os.replace(tmp, self.path)
+
+    def add_turn(self, record: dict) -> None:
+        record = {"kind": "turn", **record}
+        _append(self.path, record)
+        self.turns.append(record)
+
+    def add_end(self, record: dict) -> None:
+        record = {"kind": "end", **record}
+        _append(self.path, record)
+        self.ends.append(record)
+
+    def add_resume(self, record: dict) -> None:
+        record = {"kind": "resume", **record}
+        _append(self.path, record)
+        self.resumes.append(record)
+
+    @property
+    def limits(self) -> dict:
+        """The limits in force: the header's, as changed by the latest resume."""
+        return self.resumes[-1]["limits"] if self.resumes else self.header["limits"]
+
+    def save_output(self, turn: int, index: int, text: str) -> str:
+        name = f"outputs/turn-{turn:04d}-{index}.txt"
+        (self.run_dir / name).write_text(text)
+        return name
+
+    def messages(self) -> list[dict]:
+        """The whole conversation: the opening messages and every message each turn added."""
+        out = list(self.header["messages"])
+        for t in self.turns:
+            out.extend(t["messages"])
+        return out
+
+    @property
+    def last_state(self) -> dict:
+        return self.turns[-1]["state"] if self.turns else self.header["state"]
+
+
+def _append(path: Path, record: dict) -> None:
+    line = json.dumps(record, default=str, separators=(",", ":")) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)

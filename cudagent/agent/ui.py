@@ -1,0 +1,143 @@
+"""What a person or a program sees of a run while it goes.
+
+    JsonEvents   --json: one JSON object per line on stdout, the last one the run's summary
+    LivePanel    an interactive terminal: a rich panel on stderr (turn k/N, elapsed, tokens, best, last action)
+    PlainLines   otherwise: one line per turn on stderr
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+class JsonEvents:
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stdout
+
+    def event(self, event: dict) -> None:
+        self.stream.write(json.dumps({"time": round(time.time(), 3), **event}, default=str) + "\n")
+        self.stream.flush()
+
+    def summary(self, summary: dict) -> None:
+        self.event({"event": "summary", **summary})
+
+    def close(self) -> None:
+        pass
+
+
+class PlainLines:
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+
+    def event(self, e: dict) -> None:
+        line = _line(e)
+        if line:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def summary(self, summary: dict) -> None:
+        sys.stdout.write(summary_text(summary) + "\n")
+        sys.stdout.flush()
+
+    def close(self) -> None:
+        pass
+
+
+class LivePanel:
+    def __init__(self):
+        from rich.console import Console
+        from rich.live import Live
+
+        self.console = Console(stderr=True)
+        self.live = Live(console=self.console, refresh_per_second=4, transient=False)
+        self.state = {"turn": 0, "max_turns": 0, "tokens": 0, "elapsed_s": 0.0, "best": None, "last": "starting"}
+        self.started = time.monotonic()
+        self.live.start()
+
+    def event(self, e: dict) -> None:
+        kind = e.get("event")
+        if kind == "start":
+            self.state.update(turn=e["turn"], max_turns=e["max_turns"], model=e.get("model"), branch=e.get("branch"))
+        elif kind == "turn":
+            self.state.update(turn=e["turn"], tokens=e["tokens"], elapsed_s=e["elapsed_s"], best=e["best"],
+                              last=e["summary"])
+            self.console.print(_line(e), highlight=False)
+        elif kind in ("improvement", "notice", "final_evaluation", "end"):
+            line = _line(e)
+            if line:
+                self.console.print(line, highlight=False)
+        self.live.update(self._panel())
+
+    def _panel(self):
+        from rich.panel import Panel
+        from rich.table import Table
+
+        s = self.state
+        t = Table.grid(padding=(0, 2))
+        t.add_row("turn", f"{s['turn']}/{s['max_turns']}", "elapsed", f"{time.monotonic() - self.started:.0f} s",
+                  "tokens", f"{s['tokens']:,}")
+        t.add_row("best", _best_text(s["best"]), "model", str(s.get("model") or "?"), "", "")
+        t.add_row("last", str(s["last"])[:100], "", "", "", "")
+        return Panel(t, title=f"cudagent optimize  {s.get('branch') or ''}", expand=False)
+
+    def summary(self, summary: dict) -> None:
+        self.close()
+        sys.stdout.write(summary_text(summary) + "\n")
+        sys.stdout.flush()
+
+    def close(self) -> None:
+        if self.live.is_started:
+            self.live.stop()
+
+
+def _best_text(best: dict | None) -> str:
+    if not best:
+        return "none yet"
+    text = f"tier {best['tier']}"
+    if best.get("speedup_vs_compile"):
+        text += f", {best['speedup_vs_compile']:.2f}x vs compile"
+    if best.get("speedup_vs_eager"):
+        text += f", {best['speedup_vs_eager']:.2f}x vs eager"
+    return text + f" (turn {best['turn']})" if "turn" in best else text
+
+
+def _line(e: dict) -> str | None:
+    kind = e.get("event")
+    if kind == "start":
+        return f"run {e['run_id']} on branch {e['branch']} (model {e['model']}), from turn {e['turn']}"
+    if kind == "turn":
+        commit = f" [{e['commit'][:8]}]" if e.get("commit") else ""
+        return f"turn {e['turn']}/{e['max_turns']}: {e['summary']}{commit}"
+    if kind == "improvement":
+        return f"  new best at turn {e['turn']}: {_best_text(e)} [{e['commit'][:8]}]"
+    if kind == "notice":
+        return f"  limit near: {e['reason']}"
+    if kind == "final_evaluation":
+        return f"re-evaluating the best commit {e['commit'][:8]} from pristine files"
+    if kind == "end":
+        return f"run ended: {e['exit_reason']}" + (f" ({e['error']})" if e.get("error") else "")
+    return None
+
+
+def summary_text(s: dict) -> str:
+    lines = [f"run {s['run_id']}: {s['turns']} turns, ended by {s['exit_reason']}"]
+    if s.get("error"):
+        lines.append(f"  error: {s['error']}")
+    best = s.get("best")
+    if best:
+        lines.append(f"  best: {_best_text(best)}, commit {best['commit'][:12]} (tag {best.get('tag')})")
+    else:
+        lines.append("  best: no correct kernel")
+    lines.append(f"  branch {s['branch']} in {s['repo']}")
+    lines.append(f"  review: cudagent log {s['run_id']}   export: cudagent export {s['run_id']} DEST")
+    return "\n".join(lines)
+
+
+def reporter_for(as_json: bool):
+    if as_json:
+        return JsonEvents()
+    if sys.stderr.isatty():
+        return LivePanel()
+    return PlainLines()

@@ -1,0 +1,166 @@
+"""Reviewing runs: `cudagent runs`, `cudagent log RUN`, `cudagent show RUN TURN`, `cudagent export RUN DEST`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from cudagent.cli import app
+from cudagent.errors import CudagentError
+
+RUN_ARG = typer.Argument(..., help="A run id (or a unique prefix of one), `last`, or a run directory.")
+
+
+@app.command(epilog="Example:\n\n  cudagent runs --json")
+def runs(as_json: bool = typer.Option(False, "--json", help="Print one JSON object per run, one per line.")) -> None:
+    """List the runs, oldest first, with their state and best result."""
+    from cudagent.agent.trajectory import Trajectory, list_runs, runs_root
+
+    rows = [_run_row(Trajectory.load(p)) for p in list_runs()]
+    if as_json:
+        for r in rows:
+            typer.echo(json.dumps(r))
+        return
+    if not rows:
+        typer.echo(f"no runs under {runs_root()} yet; start one with `cudagent optimize TASK`", err=True)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table()
+    for col in ("run", "task", "model", "turns", "state", "best"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["run_id"], r["task"], r["model"] or "?", str(r["turns"]), r["state"], _best_cell(r["best"]))
+    Console().print(table)
+
+
+@app.command(epilog="Example:\n\n  cudagent log last")
+def log(run: str = RUN_ARG, as_json: bool = typer.Option(False, "--json", help="One JSON object per turn.")) -> None:
+    """One line per turn: the tools called, their outcome, the tier and speedups of evaluations, the commit."""
+    from cudagent.agent.trajectory import Trajectory, find_run
+
+    traj = Trajectory.load(find_run(run))
+    for t in traj.turns:
+        row = _turn_row(t)
+        if as_json:
+            typer.echo(json.dumps(row))
+            continue
+        best = " *best*" if row["improved"] else ""
+        metrics = f" tier {row['tier']}" if row["tier"] is not None else ""
+        if row["speedup_vs_compile"]:
+            metrics += f" {row['speedup_vs_compile']:.2f}x compile"
+        if row["speedup_vs_eager"]:
+            metrics += f" {row['speedup_vs_eager']:.2f}x eager"
+        commit = row["commit"][:8] if row["commit"] else "--------"
+        typer.echo(f"{row['turn']:4d} {commit} {row['seconds']:7.1f}s {row['tokens']:7d}tok  "
+                   f"{row['actions']}{metrics}{best}")
+    for e in traj.ends:
+        if not as_json:
+            typer.echo(f"     ended: {e['exit_reason']}" + (f" ({e['error']})" if e.get("error") else ""))
+
+
+@app.command(epilog="Example:\n\n  cudagent show last 3")
+def show(
+    run: str = RUN_ARG,
+    turn: int = typer.Argument(..., help="The turn number (see `cudagent log`)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the turn's full record as JSON."),
+) -> None:
+    """The model's message, its tool calls with their results, and the diff of that turn."""
+    from cudagent.agent.gitrun import RunRepo
+    from cudagent.agent.trajectory import Trajectory, find_run
+
+    traj = Trajectory.load(find_run(run))
+    record = next((t for t in traj.turns if t["turn"] == turn), None)
+    if record is None:
+        raise CudagentError(f"run {traj.header['run_id']} has no turn {turn}; it has turns 1 to {len(traj.turns)}")
+    if as_json:
+        typer.echo(json.dumps(record, default=str))
+        return
+    reply = record["reply"]
+    typer.echo(f"=== turn {turn} ({record['seconds']:.1f} s, {reply['usage']['completion_tokens']} tokens out)")
+    typer.echo("--- model")
+    typer.echo(reply["content"].strip() or "(no text)")
+    for a in record["actions"]:
+        typer.echo(f"--- {a['tool']} {json.dumps(a['arguments'])[:2000] if a['arguments'] is not None else a['raw_arguments'][:500]}")
+        full = a.get("full_output")
+        if full and (traj.run_dir / full).is_file():
+            typer.echo((traj.run_dir / full).read_text())
+        else:
+            typer.echo(a["output"])
+    if reply.get("format_error"):
+        typer.echo(f"--- format error: {reply['format_error']}")
+    shas = [a["improved"] for a in record["actions"] if a.get("improved")] + ([record["commit"]] if record["commit"]
+                                                                             else [])
+    repo = RunRepo.from_dict(traj.header["repo"])
+    for sha in shas:
+        typer.echo("--- diff")
+        try:
+            typer.echo(repo.show(sha))
+        except Exception as exc:  # a deleted checkout must not hide the rest of the record
+            typer.echo(f"(the commit {sha} cannot be shown: {exc})")
+
+
+@app.command(epilog="Example:\n\n  cudagent export last ./fast_softmax\n\n"
+             "  python -c \"from fast_softmax import ModelNew\"")
+def export(
+    run: str = RUN_ARG,
+    dest: Path = typer.Argument(..., help="A new directory to write the module package to."),
+    commit: str = typer.Option(None, help="Export this commit instead of the best one."),
+    force: bool = typer.Option(False, "--force", help="Replace DEST if it exists."),
+) -> None:
+    """Write the best kernel as a drop-in Python package: `from DEST import ModelNew` builds its kernels on first
+    import (cached) and needs nothing from cudagent."""
+    from cudagent.agent.export import export_package
+    from cudagent.agent.gitrun import RunRepo
+    from cudagent.agent.trajectory import Trajectory, find_run
+
+    traj = Trajectory.load(find_run(run))
+    state = traj.ends[-1]["state"] if traj.ends else traj.last_state
+    sha = commit or (state.get("best") or {}).get("commit")
+    if sha is None:
+        raise CudagentError(f"run {traj.header['run_id']} has no verified kernel to export; give --commit SHA to "
+                            "export another commit")
+    repo = RunRepo.from_dict(traj.header["repo"])
+    files = repo.files_at(sha)
+    written = export_package(files, dest, force=force, origin=f"{traj.header['run_id']} commit {sha}")
+    typer.echo(f"wrote {written} (from commit {sha[:12]}); use it with `from {dest.name} import ModelNew`", err=True)
+
+
+def _run_row(traj) -> dict:
+    h = traj.header
+    end = traj.ends[-1] if traj.ends else None
+    state = end["state"] if end else traj.last_state
+    if end is None:
+        status = "running or stopped"
+    else:
+        status = end["exit_reason"]
+    return {"run_id": h["run_id"], "task": h["task"]["name"], "model": h["policy"].get("model"),
+            "turns": state["turn"], "state": status, "best": state.get("best"), "branch": h["repo"]["branch"],
+            "run_dir": str(traj.run_dir)}
+
+
+def _best_cell(best: dict | None) -> str:
+    if not best:
+        return "-"
+    text = f"tier {best['tier']}"
+    if best.get("speedup_vs_compile"):
+        text += f" {best['speedup_vs_compile']:.2f}x"
+    return text
+
+
+def _turn_row(t: dict) -> dict:
+    tier = se = sc = None
+    for a in t["actions"]:
+        v = a.get("verdict")
+        if v is not None:
+            tier, se, sc = v["tier"], v.get("speedup_vs_eager"), v.get("speedup_vs_compile")
+    actions = "; ".join(f"{a['tool']}{'' if a['ok'] else ' (failed)'}" for a in t["actions"]) or "format error"
+    usage = t["reply"]["usage"]
+    return {"turn": t["turn"], "commit": t["commit"] or next((a["improved"] for a in t["actions"] if a.get("improved")),
+                                                             None),
+            "seconds": t["seconds"], "tokens": usage["prompt_tokens"] + usage["completion_tokens"],
+            "actions": actions, "tier": tier, "speedup_vs_eager": se, "speedup_vs_compile": sc,
+            "improved": any(a.get("improved") for a in t["actions"])}
