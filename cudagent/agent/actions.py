@@ -33,19 +33,19 @@ def parse_text_action(content: str, tool_names: set[str]) -> tuple[list[ToolCall
     except json.JSONDecodeError as exc:
         return [], f"the action block is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
     if not isinstance(obj, dict):
-        return [], "the action must be a JSON object {\"tool\": ..., \"arguments\": {...}}"
+        return [], 'the action must be a JSON object {"tool": ..., "arguments": {...}}'
     name = obj.get("tool") or obj.get("name")
     args = obj.get("arguments", obj.get("args", {}))
     if isinstance(args, str):
         try:
             args = json.loads(args)
         except json.JSONDecodeError:
-            return [], "\"arguments\" must be a JSON object"
+            return [], '"arguments" must be a JSON object'
     if not isinstance(name, str):
-        return [], "the action names no tool: give {\"tool\": NAME, \"arguments\": {...}}"
+        return [], 'the action names no tool: give {"tool": NAME, "arguments": {...}}'
     call = ToolCall(id=f"text-{uuid.uuid4().hex[:12]}", name=name, arguments=None, raw_arguments=json.dumps(args))
     if not isinstance(args, dict):
-        call.error = "\"arguments\" must be a JSON object"
+        call.error = '"arguments" must be a JSON object'
     elif name not in tool_names:
         call.error = f"there is no tool {name!r}; use one of {', '.join(sorted(tool_names))}"
     else:

@@ -1,10 +1,10 @@
 """`cudagent export`: a run's kernel as a Python package that needs nothing from cudagent.
 
-    DEST/__init__.py     builds the extension on first import (cached under DEST/_build/) and exposes ModelNew
-    DEST/_extension.py   the build: torch.utils.cpp_extension.load over binding.cpp and kernels/
-    DEST/model_new.py    ModelNew, as the agent wrote it (its `import cuda_extension` finds the built module)
-    DEST/model.py        the reference it was verified against
-    DEST/kernels/, DEST/binding.cpp, DEST/binding_registry.h
+DEST/__init__.py     builds the extension on first import (cached under DEST/_build/) and exposes ModelNew
+DEST/_extension.py   the build: torch.utils.cpp_extension.load over binding.cpp and kernels/
+DEST/model_new.py    ModelNew, as the agent wrote it (its `import cuda_extension` finds the built module)
+DEST/model.py        the reference it was verified against
+DEST/kernels/, DEST/binding.cpp, DEST/binding_registry.h
 """
 
 from __future__ import annotations

@@ -45,8 +45,13 @@ class RunRepo:
         if user is not None:
             worktree = run_dir / "worktree"
             user.git.worktree("add", "-b", branch, str(worktree), "HEAD")
-            return cls("worktree", str(worktree), str(worktree / "cudagent" / task_stem), branch,
-                       user_repo=str(Path(user.working_tree_dir).resolve()))
+            return cls(
+                "worktree",
+                str(worktree),
+                str(worktree / "cudagent" / task_stem),
+                branch,
+                user_repo=str(Path(user.working_tree_dir).resolve()),
+            )
         own = run_dir / "repo"
         repo = git.Repo.init(own, initial_branch=branch)
         with repo.config_writer() as cw:  # a repo of our own: settle what the user's global config might change
@@ -69,8 +74,9 @@ class RunRepo:
         out = self.repo.git.status("--porcelain", "--untracked-files=all", "--", self._ws_rel())
         return bool(out.strip())
 
-    def commit(self, subject: str, body: str = "", trailers: dict | None = None, allow_empty: bool = False
-               ) -> str | None:
+    def commit(
+        self, subject: str, body: str = "", trailers: dict | None = None, allow_empty: bool = False
+    ) -> str | None:
         """Commit the workspace's changes; return the new commit, or None when there was nothing to commit."""
         repo = self.repo
         repo.git.add("-A", "--", self._ws_rel())
@@ -82,8 +88,18 @@ class RunRepo:
             message += "\n\n" + body.strip()
         if trailers:
             message += "\n\n" + "\n".join(f"{k}: {_one_line(v)}" for k, v in trailers.items() if v is not None)
-        args = ["git", "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", "commit", "--no-verify",
-                "--quiet", "-F", "-"]
+        args = [
+            "git",
+            "-c",
+            "commit.gpgsign=false",
+            "-c",
+            "core.hooksPath=/dev/null",
+            "commit",
+            "--no-verify",
+            "--quiet",
+            "-F",
+            "-",
+        ]
         if allow_empty:
             args.append("--allow-empty")
         repo.git.execute(args, istream=_Stdin(message), env=_identity_env())
@@ -142,8 +158,12 @@ class _Stdin:
 
 def _identity_env() -> dict[str, str]:
     name, email = AUTHOR
-    return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_COMMITTER_NAME": name,
-            "GIT_COMMITTER_EMAIL": email}
+    return {
+        "GIT_AUTHOR_NAME": name,
+        "GIT_AUTHOR_EMAIL": email,
+        "GIT_COMMITTER_NAME": name,
+        "GIT_COMMITTER_EMAIL": email,
+    }
 
 
 def _one_line(value) -> str:
@@ -159,7 +179,7 @@ def _user_repo(task_path: Path) -> git.Repo | None:
     if repo.bare or repo.working_tree_dir is None:
         return None
     try:
-        repo.head.commit
+        _ = repo.head.commit
     except ValueError:  # no commit yet
         return None
     return repo

@@ -17,7 +17,6 @@ import json
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from cudagent.agent.gitrun import RunRepo
 from cudagent.agent.policy import ContextOverflow, Policy, PolicyError, PolicyReply, ToolCall, Usage
@@ -110,10 +109,15 @@ class Agent:
     # ----- opening --------------------------------------------------------------------------------------------
 
     @staticmethod
-    def opening_messages(prompts: Prompts, info: RunInfo, limits: Limits, action_format: str, workspace: str,
-                         baseline: dict | None) -> list[dict]:
+    def opening_messages(
+        prompts: Prompts, info: RunInfo, limits: Limits, action_format: str, workspace: str, baseline: dict | None
+    ) -> list[dict]:
         system = prompts.render(
-            "system", env=info.env, skills=info.skills, tools=TOOL_SPECS, limits=limits.to_dict(),
+            "system",
+            env=info.env,
+            skills=info.skills,
+            tools=TOOL_SPECS,
+            limits=limits.to_dict(),
             action_format=action_format,
         )
         task = prompts.render(
@@ -125,9 +129,17 @@ class Agent:
 
     def run(self) -> dict:
         reason, error = None, None
-        self.report.event({"event": "start", "run_id": self.info.run_id, "turn": self.state.turn,
-                           "max_turns": self.limits.max_turns, "model": self.policy.model,
-                           "branch": self.repo.branch, "run_dir": str(self.traj.run_dir)})
+        self.report.event(
+            {
+                "event": "start",
+                "run_id": self.info.run_id,
+                "turn": self.state.turn,
+                "max_turns": self.limits.max_turns,
+                "model": self.policy.model,
+                "branch": self.repo.branch,
+                "run_dir": str(self.traj.run_dir),
+            }
+        )
         try:
             while reason is None:
                 reason = self._limit_reached()
@@ -159,9 +171,17 @@ class Agent:
         finished = False
         if not reply.tool_calls:
             self.state.format_errors += 1
-            added.append({"role": "user", "content": self.prompts.render(
-                "format_error", error=reply.format_error or "the reply called no tool",
-                action_format=self.policy.action_format, tools=TOOL_SPECS)})
+            added.append(
+                {
+                    "role": "user",
+                    "content": self.prompts.render(
+                        "format_error",
+                        error=reply.format_error or "the reply called no tool",
+                        action_format=self.policy.action_format,
+                        tools=TOOL_SPECS,
+                    ),
+                }
+            )
         else:
             self.state.format_errors = 0
             native = bool(reply.message.get("tool_calls"))
@@ -171,9 +191,14 @@ class Agent:
                 added.append(self._observation_message(turn, call, obs, native))
                 finished = finished or obs.done
             for call in reply.tool_calls[MAX_CALLS_PER_TURN:]:
-                added.append(self._observation_message(
-                    turn, call, Observation(f"not run: at most {MAX_CALLS_PER_TURN} tool calls a turn", ok=False),
-                    native))
+                added.append(
+                    self._observation_message(
+                        turn,
+                        call,
+                        Observation(f"not run: at most {MAX_CALLS_PER_TURN} tool calls a turn", ok=False),
+                        native,
+                    )
+                )
         self.state.since_improvement += 1
         if any(a.get("improved") for a in actions):
             self.state.since_improvement = 0
@@ -182,15 +207,32 @@ class Agent:
         self.state.head = self.repo.head()
         self.state.elapsed_s = self._elapsed()
         self.messages.extend(added)
-        self.traj.add_turn({
-            "turn": turn, "started": started, "seconds": round(time.time() - started, 3),
-            "reply": _reply_record(reply), "actions": actions, "messages": added, "commit": commit,
-            "policy": self.policy.describe(), "state": asdict(self.state),
-        })
-        self.report.event({"event": "turn", "turn": turn, "max_turns": self.limits.max_turns,
-                           "tools": [a["tool"] for a in actions], "summary": _turn_summary(reply, actions),
-                           "tokens": self.state.tokens, "elapsed_s": round(self.state.elapsed_s, 1),
-                           "commit": commit, "best": self.state.best})
+        self.traj.add_turn(
+            {
+                "turn": turn,
+                "started": started,
+                "seconds": round(time.time() - started, 3),
+                "reply": _reply_record(reply),
+                "actions": actions,
+                "messages": added,
+                "commit": commit,
+                "policy": self.policy.describe(),
+                "state": asdict(self.state),
+            }
+        )
+        self.report.event(
+            {
+                "event": "turn",
+                "turn": turn,
+                "max_turns": self.limits.max_turns,
+                "tools": [a["tool"] for a in actions],
+                "summary": _turn_summary(reply, actions),
+                "tokens": self.state.tokens,
+                "elapsed_s": round(self.state.elapsed_s, 1),
+                "commit": commit,
+                "best": self.state.best,
+            }
+        )
         if finished:
             return "finished"
         return None
@@ -204,8 +246,10 @@ class Agent:
         self.state.last_action = digest
         obs = self.toolbox.run(call.name, call.arguments or {})
         if self.state.repeats == self.limits.stuck_repeats:
-            obs.text += (f"\n[note: this is the {self.state.repeats}th identical {call.name} call in a row; its result "
-                         "will not change. Try something different.]")
+            obs.text += (
+                f"\n[note: this is the {self.state.repeats}th identical {call.name} call in a row; its result "
+                "will not change. Try something different.]"
+            )
         if obs.verdict is not None:
             self._consider(turn, obs)
         return obs
@@ -215,21 +259,30 @@ class Agent:
         v = obs.verdict
         if not v.get("correct"):
             return
-        candidate = {"turn": turn, "tier": v["tier"], "speedup_vs_eager": v.get("speedup_vs_eager"),
-                     "speedup_vs_compile": v.get("speedup_vs_compile"), "time_ms": v.get("time_ms")}
+        candidate = {
+            "turn": turn,
+            "tier": v["tier"],
+            "speedup_vs_eager": v.get("speedup_vs_eager"),
+            "speedup_vs_compile": v.get("speedup_vs_compile"),
+            "time_ms": v.get("time_ms"),
+        }
         if not _better(candidate, self.state.best):
             return
         trailers = {
-            "Cudagent-Run": self.info.run_id, "Cudagent-Turn": turn, "Cudagent-Tier": v["tier"],
+            "Cudagent-Run": self.info.run_id,
+            "Cudagent-Turn": turn,
+            "Cudagent-Tier": v["tier"],
             "Cudagent-Speedup-Eager": _fmt(v.get("speedup_vs_eager")),
             "Cudagent-Speedup-Compile": _fmt(v.get("speedup_vs_compile")),
-            "Cudagent-GPU": self.info.env.get("gpu"), "Cudagent-Model": self.policy.model,
+            "Cudagent-GPU": self.info.env.get("gpu"),
+            "Cudagent-Model": self.policy.model,
         }
         subject = f"turn {turn}: new best, tier {v['tier']}"
         if v.get("speedup_vs_compile"):
             subject += f", {v['speedup_vs_compile']:.2f}x vs torch.compile"
-        body = "The evaluator verified this workspace" + (" and timed it." if v.get("time_ms", {}).get(
-            "candidate") else " (no timing).")
+        body = "The evaluator verified this workspace" + (
+            " and timed it." if v.get("time_ms", {}).get("candidate") else " (no timing)."
+        )
         sha = self.repo.commit(subject, body, trailers, allow_empty=True)
         candidate["commit"] = sha
         candidate["tag"] = self.repo.set_best(sha)
@@ -239,12 +292,20 @@ class Agent:
 
     def _commit_turn(self, turn: int, actions: list[dict]) -> str | None:
         tools = ", ".join(a["tool"] for a in actions) or "no action"
-        return self.repo.commit(f"turn {turn}: {tools}", trailers={"Cudagent-Run": self.info.run_id,
-                                                                    "Cudagent-Turn": turn})
+        return self.repo.commit(
+            f"turn {turn}: {tools}", trailers={"Cudagent-Run": self.info.run_id, "Cudagent-Turn": turn}
+        )
 
     def _action_record(self, turn: int, index: int, call: ToolCall, obs: Observation) -> dict:
-        record = {"tool": call.name, "arguments": call.arguments, "raw_arguments": call.raw_arguments,
-                  "error": call.error, "ok": obs.ok, "seconds": round(obs.seconds, 3), "output": obs.text}
+        record = {
+            "tool": call.name,
+            "arguments": call.arguments,
+            "raw_arguments": call.raw_arguments,
+            "error": call.error,
+            "ok": obs.ok,
+            "seconds": round(obs.seconds, 3),
+            "output": obs.text,
+        }
         if obs.full_text is not None:
             record["full_output"] = self.traj.save_output(turn, index, obs.full_text)
         if obs.verdict is not None:
@@ -256,8 +317,14 @@ class Agent:
         return record
 
     def _observation_message(self, turn: int, call: ToolCall, obs: Observation, native: bool) -> dict:
-        text = self.prompts.render("observation", tool=call.name or "?", output=obs.text, turn=turn,
-                                   limits=self.limits.to_dict(), best=self.state.best)
+        text = self.prompts.render(
+            "observation",
+            tool=call.name or "?",
+            output=obs.text,
+            turn=turn,
+            limits=self.limits.to_dict(),
+            best=self.state.best,
+        )
         if native:
             return {"role": "tool", "tool_call_id": call.id, "content": text}
         return {"role": "user", "content": text}
@@ -305,9 +372,15 @@ class Agent:
                 continue
             s.warned.append(reason)
             text = self.prompts.render(
-                "limits", reason=reason, turn=s.turn, best=s.best,
-                limits={**lim.to_dict(), "turns_left": turns_left,
-                        "minutes_left": int(minutes_left + 0.999) if minutes_left is not None else None},
+                "limits",
+                reason=reason,
+                turn=s.turn,
+                best=s.best,
+                limits={
+                    **lim.to_dict(),
+                    "turns_left": turns_left,
+                    "minutes_left": int(minutes_left + 0.999) if minutes_left is not None else None,
+                },
             )
             self.pending.append({"role": "user", "content": text})
             self.report.event({"event": "notice", "reason": reason, "turn": s.turn})
@@ -323,8 +396,9 @@ class Agent:
 
     def _budget(self) -> int:
         if not self.state.context_budget:
-            window = self.limits.context_tokens or getattr(self.policy, "context_tokens", None) or \
-                DEFAULT_CONTEXT_TOKENS
+            window = (
+                self.limits.context_tokens or getattr(self.policy, "context_tokens", None) or DEFAULT_CONTEXT_TOKENS
+            )
             self.state.context_budget = max(1024, int(window * 0.9) - REPLY_RESERVE_TOKENS)
         return self.state.context_budget
 
@@ -367,27 +441,52 @@ class Agent:
         except Exception as exc:  # the run's record must survive whatever the final check meets
             return {"commit": best["commit"], "error": f"{type(exc).__name__}: {exc}"}
         v = verdict.to_dict()
-        return {"commit": best["commit"], "correct": v["correct"], "tier": v["tier"],
-                "speedup_vs_eager": v["speedup_vs_eager"], "speedup_vs_compile": v["speedup_vs_compile"],
-                "time_ms": v["time_ms"], "violations": v["violations"], "summary": verdict.summary()}
+        return {
+            "commit": best["commit"],
+            "correct": v["correct"],
+            "tier": v["tier"],
+            "speedup_vs_eager": v["speedup_vs_eager"],
+            "speedup_vs_compile": v["speedup_vs_compile"],
+            "time_ms": v["time_ms"],
+            "violations": v["violations"],
+            "summary": verdict.summary(),
+        }
 
     def _end(self, reason: str, error: str | None, final: dict | None) -> dict:
         self.state.elapsed_s = self._elapsed()
         best = None
         if self.state.best:
             b = self.state.best
-            best = {"commit": b["commit"], "turn": b["turn"], "tag": b.get("tag"), "tier": b["tier"],
-                    "speedup_vs_eager": b["speedup_vs_eager"], "speedup_vs_compile": b["speedup_vs_compile"]}
+            best = {
+                "commit": b["commit"],
+                "turn": b["turn"],
+                "tag": b.get("tag"),
+                "tier": b["tier"],
+                "speedup_vs_eager": b["speedup_vs_eager"],
+                "speedup_vs_compile": b["speedup_vs_compile"],
+            }
             if final and "tier" in final:  # the pristine re-evaluation is the figure we stand behind
-                best.update(tier=final["tier"], speedup_vs_eager=final["speedup_vs_eager"],
-                            speedup_vs_compile=final["speedup_vs_compile"])
+                best.update(
+                    tier=final["tier"],
+                    speedup_vs_eager=final["speedup_vs_eager"],
+                    speedup_vs_compile=final["speedup_vs_compile"],
+                )
                 best["in_run"] = {k: b[k] for k in ("tier", "speedup_vs_eager", "speedup_vs_compile")}
         summary = {
-            "run_id": self.info.run_id, "run_dir": str(self.traj.run_dir), "repo": self.repo.repo_dir,
-            "workspace": self.repo.workspace, "branch": self.repo.branch, "turns": self.state.turn,
-            "exit_reason": reason, "error": error, "best": best, "final": final,
+            "run_id": self.info.run_id,
+            "run_dir": str(self.traj.run_dir),
+            "repo": self.repo.repo_dir,
+            "workspace": self.repo.workspace,
+            "branch": self.repo.branch,
+            "turns": self.state.turn,
+            "exit_reason": reason,
+            "error": error,
+            "best": best,
+            "final": final,
             "tokens": {"prompt": self.state.prompt_tokens, "completion": self.state.completion_tokens},
-            "cost_usd": self.state.cost_usd, "elapsed_s": round(self.state.elapsed_s, 1), "model": self.policy.model,
+            "cost_usd": self.state.cost_usd,
+            "elapsed_s": round(self.state.elapsed_s, 1),
+            "model": self.policy.model,
         }
         self.traj.add_end({"exit_reason": reason, "error": error, "state": asdict(self.state), "summary": summary})
         self.report.event({"event": "end", "exit_reason": reason, "error": error, "turns": self.state.turn})
@@ -419,8 +518,10 @@ def _fmt(x) -> str | None:
 
 
 def estimate_tokens(messages: list[dict]) -> int:
-    return int(sum(len(m.get("content") or "") + len(json.dumps(m.get("tool_calls") or "")) for m in messages)
-               / CHARS_PER_TOKEN) + 4 * len(messages)
+    return int(
+        sum(len(m.get("content") or "") + len(json.dumps(m.get("tool_calls") or "")) for m in messages)
+        / CHARS_PER_TOKEN
+    ) + 4 * len(messages)
 
 
 def elide(messages: list[dict], budget_tokens: int) -> list[dict]:
@@ -448,9 +549,15 @@ def elide(messages: list[dict], budget_tokens: int) -> list[dict]:
 
 
 def _reply_record(reply: PolicyReply) -> dict:
-    record = {"content": reply.content, "tool_calls": [c.to_dict() for c in reply.tool_calls],
-              "usage": asdict(reply.usage), "seconds": round(reply.seconds, 3), "finish_reason": reply.finish_reason,
-              "format_error": reply.format_error, "attempts": reply.attempts}
+    record = {
+        "content": reply.content,
+        "tool_calls": [c.to_dict() for c in reply.tool_calls],
+        "usage": asdict(reply.usage),
+        "seconds": round(reply.seconds, 3),
+        "finish_reason": reply.finish_reason,
+        "format_error": reply.format_error,
+        "attempts": reply.attempts,
+    }
     if reply.token_ids is not None:
         record["token_ids"] = reply.token_ids
         record["logprobs"] = reply.logprobs
@@ -468,4 +575,3 @@ def _turn_summary(reply: PolicyReply, actions: list[dict]) -> str:
         mark = "" if a["ok"] else " (failed)"
         parts.append(f"{a['tool']} {detail}".strip() + mark)
     return "; ".join(parts)
-

@@ -21,8 +21,16 @@ from cudagent.agent.actions import native_call, parse_text_action
 from cudagent.agent.policy import ContextOverflow, PolicyError, PolicyReply, ToolCall, Usage
 
 MODES = ("auto", "required", "text")
-_CONTEXT_HINTS = ("context length", "context_length", "maximum context", "context window", "too many tokens",
-                  "prompt is too long", "exceeds the available context", "n_ctx")
+_CONTEXT_HINTS = (
+    "context length",
+    "context_length",
+    "maximum context",
+    "context window",
+    "too many tokens",
+    "prompt is too long",
+    "exceeds the available context",
+    "n_ctx",
+)
 _TOOL_HINTS = ("tool", "function")
 
 
@@ -85,14 +93,23 @@ class OpenAIChatPolicy:
 
     def _probe_mode(self) -> None:
         """One token with a tool offered: learn which tool_choice the server accepts."""
-        tool = {"type": "function", "function": {"name": "noop", "description": "does nothing",
-                                                  "parameters": {"type": "object", "properties": {}}}}
+        tool = {
+            "type": "function",
+            "function": {
+                "name": "noop",
+                "description": "does nothing",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        }
         for mode in ("auto", "required"):
             try:
                 self._retrying(
                     lambda m=mode: self._client.chat.completions.create(
-                        model=self.model, messages=[{"role": "user", "content": "Reply with anything."}],
-                        tools=[tool], tool_choice=m, max_tokens=1,
+                        model=self.model,
+                        messages=[{"role": "user", "content": "Reply with anything."}],
+                        tools=[tool],
+                        tool_choice=m,
+                        max_tokens=1,
                     ),
                     "probing tool-call support",
                 )
@@ -106,8 +123,14 @@ class OpenAIChatPolicy:
         self.events.append("the server has no tool calls: using the text action format")
 
     def describe(self) -> dict:
-        return {"kind": "openai-chat", "model": self.model, "base_url": self.base_url, "mode": self.mode,
-                "context_tokens": self.context_tokens, "events": list(self.events)}
+        return {
+            "kind": "openai-chat",
+            "model": self.model,
+            "base_url": self.base_url,
+            "mode": self.mode,
+            "context_tokens": self.context_tokens,
+            "events": list(self.events),
+        }
 
     # ----- replies --------------------------------------------------------------------------------------------
 
@@ -125,11 +148,15 @@ class OpenAIChatPolicy:
             start = time.monotonic()
             try:
                 response, attempts = self._retrying_counted(
-                    lambda: self._client.chat.completions.create(**kwargs), "asking the model"
+                    lambda kw=kwargs: self._client.chat.completions.create(**kw), "asking the model"
                 )
             except PolicyError as exc:
-                if self.mode != "text" and not exc.retryable and _mentions(exc.message, _TOOL_HINTS) and \
-                        not isinstance(exc, ContextOverflow):
+                if (
+                    self.mode != "text"
+                    and not exc.retryable
+                    and _mentions(exc.message, _TOOL_HINTS)
+                    and not isinstance(exc, ContextOverflow)
+                ):
                     self._downgrade(exc.message)
                     continue
                 raise
@@ -165,8 +192,14 @@ class OpenAIChatPolicy:
                 for c in calls
             ]
         return PolicyReply(
-            content=content, tool_calls=calls, usage=usage, message=message, seconds=seconds,
-            finish_reason=choice.finish_reason, format_error=format_error, attempts=attempts,
+            content=content,
+            tool_calls=calls,
+            usage=usage,
+            message=message,
+            seconds=seconds,
+            finish_reason=choice.finish_reason,
+            format_error=format_error,
+            attempts=attempts,
             extra={"native": native},
         )
 
@@ -209,8 +242,9 @@ class OpenAIChatPolicy:
         o = self._openai
         where = f"{what} at {self.base_url}"
         if isinstance(exc, (o.AuthenticationError, o.PermissionDeniedError)):
-            return PolicyError(f"the server refused the credentials while {where}: check OPENAI_API_KEY "
-                               f"({_status_text(exc)})")
+            return PolicyError(
+                f"the server refused the credentials while {where}: check OPENAI_API_KEY ({_status_text(exc)})"
+            )
         if isinstance(exc, o.NotFoundError):
             return PolicyError(f"not found while {where} ({_status_text(exc)}): check --base-url and --model")
         if isinstance(exc, o.APIStatusError):
@@ -223,8 +257,10 @@ class OpenAIChatPolicy:
         if isinstance(exc, (o.APITimeoutError, o.APIConnectionError)):
             return PolicyError(f"no answer while {where} ({type(exc).__name__}); is the server up?", retryable=True)
         if isinstance(exc, (o.APIResponseValidationError, ValueError, KeyError, TypeError, AttributeError)):
-            return PolicyError(f"the server's answer could not be read while {where} ({type(exc).__name__}: "
-                               f"{str(exc)[:200]})", retryable=True)
+            return PolicyError(
+                f"the server's answer could not be read while {where} ({type(exc).__name__}: {str(exc)[:200]})",
+                retryable=True,
+            )
         return PolicyError(f"{type(exc).__name__} while {where}: {str(exc)[:300]}")
 
 

@@ -40,8 +40,13 @@ class PolicySettings:
         if os.environ.get("CUDAGENT_PRICE_INPUT") and os.environ.get("CUDAGENT_PRICE_OUTPUT"):
             prices = (float(os.environ["CUDAGENT_PRICE_INPUT"]), float(os.environ["CUDAGENT_PRICE_OUTPUT"]))
         return OpenAIChatPolicy(
-            base_url=self.base_url, api_key=self.api_key, model=self.model, mode=self.mode,
-            temperature=self.temperature, max_tokens=self.max_tokens, timeout_s=self.timeout_s,
+            base_url=self.base_url,
+            api_key=self.api_key,
+            model=self.model,
+            mode=self.mode,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            timeout_s=self.timeout_s,
             prices_per_mtok=prices,
         )
 
@@ -71,21 +76,32 @@ def start_run(task_path: Path, policy_settings: PolicySettings, options: RunOpti
 
     Workspace.create(Path(repo.workspace), task.source)
     repo.ensure_ignore_file()
-    base = repo.commit(f"cudagent: workspace for {task.name}", trailers={"Cudagent-Run": run_id, "Cudagent-Turn": 0},
-                       allow_empty=True)
+    base = repo.commit(
+        f"cudagent: workspace for {task.name}", trailers={"Cudagent-Run": run_id, "Cudagent-Turn": 0}, allow_empty=True
+    )
     repo.base_commit = base
     info = RunInfo(run_id, task.name, task.source, environment(device), load_skills(device.kind))
     prompts = Prompts()
-    messages = Agent.opening_messages(prompts, info, options.limits, policy.action_format, repo.workspace,
-                                      evaluator.baselines.cached_medians())
+    messages = Agent.opening_messages(
+        prompts, info, options.limits, policy.action_format, repo.workspace, evaluator.baselines.cached_medians()
+    )
     header = {
-        "run_id": run_id, "created": time.time(),
-        "task": {"path": str(Path(task_path).resolve()), "name": task.name, "sha256": task.sha256,
-                 "source": task.source},
-        "device": device.to_dict(), "env": info.env, "policy": policy.describe(),
+        "run_id": run_id,
+        "created": time.time(),
+        "task": {
+            "path": str(Path(task_path).resolve()),
+            "name": task.name,
+            "sha256": task.sha256,
+            "source": task.source,
+        },
+        "device": device.to_dict(),
+        "env": info.env,
+        "policy": policy.describe(),
         "policy_settings": {k: v for k, v in asdict(policy_settings).items() if k != "api_key"},
-        "limits": options.limits.to_dict(), "repo": repo.to_dict(),
-        "messages": messages, "state": asdict(LoopState(head=base)),
+        "limits": options.limits.to_dict(),
+        "repo": repo.to_dict(),
+        "messages": messages,
+        "state": asdict(LoopState(head=base)),
     }
     traj = Trajectory.create(run_dir, header)
     try:
@@ -94,8 +110,9 @@ def start_run(task_path: Path, policy_settings: PolicySettings, options: RunOpti
         lock.close()
 
 
-def resume_run(ref: str, policy_settings: PolicySettings | None, options: RunOptions, limit_overrides: dict,
-               reporter) -> dict:
+def resume_run(
+    ref: str, policy_settings: PolicySettings | None, options: RunOptions, limit_overrides: dict, reporter
+) -> dict:
     from cudagent.evaluator import Evaluator
     from cudagent.hardware import resolve_device
     from cudagent.task import Task
@@ -154,10 +171,20 @@ def environment(device) -> dict:
     import torch
 
     if device.is_cuda:
-        return {"gpu": device.name, "arch": device.arch, "device": "cuda", "cuda": device.cuda_version or "?",
-                "torch": torch.__version__}
-    return {"gpu": f"CPU ({device.name}, no GPU: write C++ kernels)", "arch": "host", "device": "cpu",
-            "cuda": "none", "torch": torch.__version__}
+        return {
+            "gpu": device.name,
+            "arch": device.arch,
+            "device": "cuda",
+            "cuda": device.cuda_version or "?",
+            "torch": torch.__version__,
+        }
+    return {
+        "gpu": f"CPU ({device.name}, no GPU: write C++ kernels)",
+        "arch": "host",
+        "device": "cpu",
+        "cuda": "none",
+        "torch": torch.__version__,
+    }
 
 
 class _Lock:

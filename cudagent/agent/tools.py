@@ -159,8 +159,10 @@ class Toolbox:
         rel = target.relative_to(root)
         if write:
             if str(rel) in PROTECTED:
-                raise ToolRefused(f"{rel} is fixed (the reference or the build infrastructure) and read-only; "
-                                  "write your code in model_new.py and kernels/")
+                raise ToolRefused(
+                    f"{rel} is fixed (the reference or the build infrastructure) and read-only; "
+                    "write your code in model_new.py and kernels/"
+                )
             if rel.parts and rel.parts[0] in (BUILD, ".git"):
                 raise ToolRefused(f"{rel.parts[0]}/ belongs to cudagent; write your code in model_new.py and kernels/")
         return target
@@ -219,8 +221,9 @@ class Toolbox:
         if count == 0:
             return Observation(f"old_str was not found in {path}; read the file and copy the text exactly", ok=False)
         if count > 1:
-            return Observation(f"old_str occurs {count} times in {path}; include more context to make it unique",
-                               ok=False)
+            return Observation(
+                f"old_str occurs {count} times in {path}; include more context to make it unique", ok=False
+            )
         target.write_text(text.replace(old_str, str(new_str), 1))
         line = text[: text.index(old_str)].count("\n") + 1
         return Observation(f"edited {path} at line {line}")
@@ -231,7 +234,9 @@ class Toolbox:
         if result.ok:
             return Observation(f"build OK ({result.seconds:.1f} s)", data={"build": result.to_dict()})
         head = "build TIMED OUT" if result.timed_out else "build FAILED"
-        return clip(f"{head} ({result.seconds:.1f} s)\n{result.errors or ''}", ok=False, data={"build": result.to_dict()})
+        return clip(
+            f"{head} ({result.seconds:.1f} s)\n{result.errors or ''}", ok=False, data={"build": result.to_dict()}
+        )
 
     def _tool_verify(self) -> Observation:
         return self._evaluate(timing=False)
@@ -261,8 +266,10 @@ def clip(text: str, ok: bool = True, data: dict | None = None) -> Observation:
     if len(text) <= MODEL_HEAD_CHARS + MODEL_TAIL_CHARS:
         return Observation(text, ok=ok, data=data or {})
     omitted = len(text) - MODEL_HEAD_CHARS - MODEL_TAIL_CHARS
-    short = (f"{text[:MODEL_HEAD_CHARS]}\n[... {omitted} characters omitted; narrow the command (grep, head) "
-             f"to see them ...]\n{text[-MODEL_TAIL_CHARS:]}")
+    short = (
+        f"{text[:MODEL_HEAD_CHARS]}\n[... {omitted} characters omitted; narrow the command (grep, head) "
+        f"to see them ...]\n{text[-MODEL_TAIL_CHARS:]}"
+    )
     return Observation(short, full_text=text, ok=ok, data=data or {})
 
 

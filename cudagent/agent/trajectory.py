@@ -109,7 +109,9 @@ class Trajectory:
                 records.append(json.loads(raw))
             except json.JSONDecodeError:
                 if i < len(lines) - 2:  # only the last line may be cut short (a kill while writing)
-                    raise CudagentError(f"{run_dir / TRAJECTORY} is damaged at line {i + 1}; the run cannot resume")
+                    raise CudagentError(
+                        f"{run_dir / TRAJECTORY} is damaged at line {i + 1}; the run cannot resume"
+                    ) from None
         if not records or records[0].get("kind") != "run":
             raise CudagentError(f"{run_dir / TRAJECTORY} has no header; it is not a cudagent run")
         t = cls(run_dir, records[0])

@@ -1,8 +1,8 @@
 """What a person or a program sees of a run while it goes.
 
-    JsonEvents   --json: one JSON object per line on stdout, the last one the run's summary
-    LivePanel    an interactive terminal: a rich panel on stderr (turn k/N, elapsed, tokens, best, last action)
-    PlainLines   otherwise: one line per turn on stderr
+JsonEvents   --json: one JSON object per line on stdout, the last one the run's summary
+LivePanel    an interactive terminal: a rich panel on stderr (turn k/N, elapsed, tokens, best, last action)
+PlainLines   otherwise: one line per turn on stderr
 """
 
 from __future__ import annotations
@@ -61,8 +61,9 @@ class LivePanel:
         if kind == "start":
             self.state.update(turn=e["turn"], max_turns=e["max_turns"], model=e.get("model"), branch=e.get("branch"))
         elif kind == "turn":
-            self.state.update(turn=e["turn"], tokens=e["tokens"], elapsed_s=e["elapsed_s"], best=e["best"],
-                              last=e["summary"])
+            self.state.update(
+                turn=e["turn"], tokens=e["tokens"], elapsed_s=e["elapsed_s"], best=e["best"], last=e["summary"]
+            )
             self.console.print(_line(e), highlight=False)
         elif kind in ("improvement", "notice", "final_evaluation", "end"):
             line = _line(e)
@@ -76,8 +77,14 @@ class LivePanel:
 
         s = self.state
         t = Table.grid(padding=(0, 2))
-        t.add_row("turn", f"{s['turn']}/{s['max_turns']}", "elapsed", f"{time.monotonic() - self.started:.0f} s",
-                  "tokens", f"{s['tokens']:,}")
+        t.add_row(
+            "turn",
+            f"{s['turn']}/{s['max_turns']}",
+            "elapsed",
+            f"{time.monotonic() - self.started:.0f} s",
+            "tokens",
+            f"{s['tokens']:,}",
+        )
         t.add_row("best", _best_text(s["best"]), "model", str(s.get("model") or "?"), "", "")
         t.add_row("last", str(s["last"])[:100], "", "", "", "")
         return Panel(t, title=f"cudagent optimize  {s.get('branch') or ''}", expand=False)

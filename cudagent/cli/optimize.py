@@ -36,34 +36,52 @@ LIMIT_PANEL = "Limits"
 def optimize(
     task: Path = typer.Argument(None, help="The task file (Model, get_inputs, get_init_inputs). Not with --resume."),
     model: str = typer.Option(None, help="Model name; default: the server's first model.", rich_help_panel=MODEL_PANEL),
-    base_url: str = typer.Option(None, help="OpenAI-compatible endpoint; default $OPENAI_BASE_URL.",
-                                 rich_help_panel=MODEL_PANEL),
-    api_key: str = typer.Option(None, help="API key; default $OPENAI_API_KEY (local servers need none).",
-                                rich_help_panel=MODEL_PANEL),
+    base_url: str = typer.Option(
+        None, help="OpenAI-compatible endpoint; default $OPENAI_BASE_URL.", rich_help_panel=MODEL_PANEL
+    ),
+    api_key: str = typer.Option(
+        None, help="API key; default $OPENAI_API_KEY (local servers need none).", rich_help_panel=MODEL_PANEL
+    ),
     action_format: str = typer.Option(
-        None, help="How the model calls tools: auto, required (native tool calls) or text (fenced action blocks); "
-        "default: probe the server.", rich_help_panel=MODEL_PANEL),
-    temperature: float = typer.Option(None, help="Sampling temperature; default: the server's.",
-                                      rich_help_panel=MODEL_PANEL),
-    max_turns: int = typer.Option(None, help="Most turns (model replies) of the run [default: 200].",
-                                  rich_help_panel=LIMIT_PANEL),
+        None,
+        help="How the model calls tools: auto, required (native tool calls) or text (fenced action blocks); "
+        "default: probe the server.",
+        rich_help_panel=MODEL_PANEL,
+    ),
+    temperature: float = typer.Option(
+        None, help="Sampling temperature; default: the server's.", rich_help_panel=MODEL_PANEL
+    ),
+    max_turns: int = typer.Option(
+        None, help="Most turns (model replies) of the run [default: 200].", rich_help_panel=LIMIT_PANEL
+    ),
     max_minutes: float = typer.Option(None, help="Wall-clock limit of the run.", rich_help_panel=LIMIT_PANEL),
-    max_tokens: int = typer.Option(None, help="Most prompt plus completion tokens of the run.",
-                                   rich_help_panel=LIMIT_PANEL),
-    patience: int = typer.Option(None, help="End after this many turns without a better verified kernel.",
-                                 rich_help_panel=LIMIT_PANEL),
-    target_speedup: float = typer.Option(None, help="End once the best kernel is this much faster than "
-                                         "torch.compile (e.g. 1.5).", rich_help_panel=LIMIT_PANEL),
-    max_format_errors: int = typer.Option(None, help="End after this many replies in a row with no usable action "
-                                          "[default: 5].", rich_help_panel=LIMIT_PANEL),
-    context_tokens: int = typer.Option(None, help="The model's context window; default: what the server says, "
-                                       "else 32768.", rich_help_panel=LIMIT_PANEL),
+    max_tokens: int = typer.Option(
+        None, help="Most prompt plus completion tokens of the run.", rich_help_panel=LIMIT_PANEL
+    ),
+    patience: int = typer.Option(
+        None, help="End after this many turns without a better verified kernel.", rich_help_panel=LIMIT_PANEL
+    ),
+    target_speedup: float = typer.Option(
+        None,
+        help="End once the best kernel is this much faster than torch.compile (e.g. 1.5).",
+        rich_help_panel=LIMIT_PANEL,
+    ),
+    max_format_errors: int = typer.Option(
+        None,
+        help="End after this many replies in a row with no usable action [default: 5].",
+        rich_help_panel=LIMIT_PANEL,
+    ),
+    context_tokens: int = typer.Option(
+        None, help="The model's context window; default: what the server says, else 32768.", rich_help_panel=LIMIT_PANEL
+    ),
     device: DeviceChoice = typer.Option(DeviceChoice.auto, help="The GPU (CUDA kernels) or the CPU (C++ kernels)."),
-    as_json: bool = typer.Option(False, "--json", help="Stream JSON events on stdout, one per line, ending with "
-                                 "a summary object."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Stream JSON events on stdout, one per line, ending with a summary object."
+    ),
     resume: str = typer.Option(None, help="Continue run RUN (an id, a prefix, or `last`) where it stopped."),
-    final_check: bool = typer.Option(True, "--final-check/--no-final-check",
-                                     help="Re-evaluate the best kernel from pristine files at the end."),
+    final_check: bool = typer.Option(
+        True, "--final-check/--no-final-check", help="Re-evaluate the best kernel from pristine files at the end."
+    ),
 ) -> None:
     """Run the agent on a task: it writes kernels, compiles, verifies and profiles them, and commits every turn to
     the branch cudagent/<run-id>; the best verified kernel is tagged cudagent/<run-id>/best."""
@@ -75,14 +93,21 @@ def optimize(
         raise typer.BadParameter("use auto, required or text", param_hint="--action-format")
     if (task is None) == (resume is None):
         raise CudagentError("give a task file to start a run, or --resume RUN to continue one (not both)")
-    overrides = {"max_turns": max_turns, "max_minutes": max_minutes, "max_tokens": max_tokens, "patience": patience,
-                 "target_speedup": target_speedup, "max_format_errors": max_format_errors,
-                 "context_tokens": context_tokens}
+    overrides = {
+        "max_turns": max_turns,
+        "max_minutes": max_minutes,
+        "max_tokens": max_tokens,
+        "patience": patience,
+        "target_speedup": target_speedup,
+        "max_format_errors": max_format_errors,
+        "context_tokens": context_tokens,
+    }
     for name, value in overrides.items():
         if value is not None and value <= 0:
             raise typer.BadParameter("must be positive", param_hint=f"--{name.replace('_', '-')}")
-    settings = PolicySettings(base_url=base_url, api_key=api_key, model=model, mode=action_format,
-                              temperature=temperature)
+    settings = PolicySettings(
+        base_url=base_url, api_key=api_key, model=model, mode=action_format, temperature=temperature
+    )
     options = RunOptions(device=device.value, final_evaluation=final_check)
     reporter = reporter_for(as_json)
     try:
@@ -102,8 +127,11 @@ def optimize(
     reporter.summary(summary)
     code = ExitCode.ENVIRONMENT if summary["exit_reason"] == "policy_error" else ExitCode.OK
     if code != ExitCode.OK:
-        typer.echo(f"cudagent: the model server failed: {summary['error']}; resume with "
-                   f"`cudagent optimize --resume {summary['run_id']}`", err=True)
+        typer.echo(
+            f"cudagent: the model server failed: {summary['error']}; resume with "
+            f"`cudagent optimize --resume {summary['run_id']}`",
+            err=True,
+        )
     raise typer.Exit(int(code))
 
 
@@ -127,7 +155,9 @@ def doctor(
         for col in ("check", "status", "detail"):
             table.add_column(col)
         for c in checks:
-            status = "[green]ok[/green]" if c["ok"] else ("[red]missing[/red]" if c["needed"] else "[yellow]no[/yellow]")
+            status = (
+                "[green]ok[/green]" if c["ok"] else ("[red]missing[/red]" if c["needed"] else "[yellow]no[/yellow]")
+            )
             table.add_row(c["name"], status, c["detail"])
         Console().print(table)
     raise typer.Exit(int(ExitCode.OK if all(c["ok"] or not c["needed"] for c in checks) else ExitCode.ENVIRONMENT))
@@ -148,11 +178,18 @@ def _doctor_checks(device: str, server: tuple | None) -> list[dict]:
         cap = torch.cuda.get_device_capability()
         add("GPU", True, f"{torch.cuda.get_device_name()} (sm_{cap[0]}{cap[1]}), CUDA {torch.version.cuda}")
     else:
-        add("GPU", False, "no CUDA GPU visible to torch: only --device cpu (C++ kernels) works", needed=device == "cuda")
-    nvcc = shutil.which("nvcc") or (Path("/usr/local/cuda/bin/nvcc") if Path("/usr/local/cuda/bin/nvcc").exists()
-                                    else None)
-    add("nvcc", nvcc is not None, _first_line([str(nvcc), "--version"], last=True) if nvcc else "not found",
-        needed=want_gpu)
+        add(
+            "GPU", False, "no CUDA GPU visible to torch: only --device cpu (C++ kernels) works", needed=device == "cuda"
+        )
+    nvcc = shutil.which("nvcc") or (
+        Path("/usr/local/cuda/bin/nvcc") if Path("/usr/local/cuda/bin/nvcc").exists() else None
+    )
+    add(
+        "nvcc",
+        nvcc is not None,
+        _first_line([str(nvcc), "--version"], last=True) if nvcc else "not found",
+        needed=want_gpu,
+    )
     ninja = shutil.which("ninja")
     if ninja is None:
         try:
@@ -178,8 +215,11 @@ def _server_checks(base_url: str | None, model: str | None) -> list[dict]:
         policy.prepare()
     except PolicyError as exc:
         return [{"name": "model server", "ok": False, "detail": exc.message, "needed": True}]
-    tools = {"auto": "native tool calls", "required": "native tool calls (tool_choice=required only)",
-             "text": "no tool calls: the text action format will be used"}[policy.mode]
+    tools = {
+        "auto": "native tool calls",
+        "required": "native tool calls (tool_choice=required only)",
+        "text": "no tool calls: the text action format will be used",
+    }[policy.mode]
     return [
         {"name": "model server", "ok": True, "detail": f"{policy.base_url}, model {policy.model}", "needed": True},
         {"name": "tool calls", "ok": policy.mode != "text", "detail": tools, "needed": False},

@@ -55,8 +55,9 @@ def log(run: str = RUN_ARG, as_json: bool = typer.Option(False, "--json", help="
         if row["speedup_vs_eager"]:
             metrics += f" {row['speedup_vs_eager']:.2f}x eager"
         commit = row["commit"][:8] if row["commit"] else "--------"
-        typer.echo(f"{row['turn']:4d} {commit} {row['seconds']:7.1f}s {row['tokens']:7d}tok  "
-                   f"{row['actions']}{metrics}{best}")
+        typer.echo(
+            f"{row['turn']:4d} {commit} {row['seconds']:7.1f}s {row['tokens']:7d}tok  {row['actions']}{metrics}{best}"
+        )
     for e in traj.ends:
         if not as_json:
             typer.echo(f"     ended: {e['exit_reason']}" + (f" ({e['error']})" if e.get("error") else ""))
@@ -84,7 +85,8 @@ def show(
     typer.echo("--- model")
     typer.echo(reply["content"].strip() or "(no text)")
     for a in record["actions"]:
-        typer.echo(f"--- {a['tool']} {json.dumps(a['arguments'])[:2000] if a['arguments'] is not None else a['raw_arguments'][:500]}")
+        args = json.dumps(a["arguments"])[:2000] if a["arguments"] is not None else a["raw_arguments"][:500]
+        typer.echo(f"--- {a['tool']} {args}")
         full = a.get("full_output")
         if full and (traj.run_dir / full).is_file():
             typer.echo((traj.run_dir / full).read_text())
@@ -92,8 +94,9 @@ def show(
             typer.echo(a["output"])
     if reply.get("format_error"):
         typer.echo(f"--- format error: {reply['format_error']}")
-    shas = [a["improved"] for a in record["actions"] if a.get("improved")] + ([record["commit"]] if record["commit"]
-                                                                             else [])
+    shas = [a["improved"] for a in record["actions"] if a.get("improved")] + (
+        [record["commit"]] if record["commit"] else []
+    )
     repo = RunRepo.from_dict(traj.header["repo"])
     for sha in shas:
         typer.echo("--- diff")
@@ -103,8 +106,9 @@ def show(
             typer.echo(f"(the commit {sha} cannot be shown: {exc})")
 
 
-@app.command(epilog="Example:\n\n  cudagent export last ./fast_softmax\n\n"
-             "  python -c \"from fast_softmax import ModelNew\"")
+@app.command(
+    epilog='Example:\n\n  cudagent export last ./fast_softmax\n\n  python -c "from fast_softmax import ModelNew"'
+)
 def export(
     run: str = RUN_ARG,
     dest: Path = typer.Argument(..., help="A new directory to write the module package to."),
@@ -121,8 +125,9 @@ def export(
     state = traj.ends[-1]["state"] if traj.ends else traj.last_state
     sha = commit or (state.get("best") or {}).get("commit")
     if sha is None:
-        raise CudagentError(f"run {traj.header['run_id']} has no verified kernel to export; give --commit SHA to "
-                            "export another commit")
+        raise CudagentError(
+            f"run {traj.header['run_id']} has no verified kernel to export; give --commit SHA to export another commit"
+        )
     repo = RunRepo.from_dict(traj.header["repo"])
     files = repo.files_at(sha)
     written = export_package(files, dest, force=force, origin=f"{traj.header['run_id']} commit {sha}")
@@ -137,9 +142,16 @@ def _run_row(traj) -> dict:
         status = "running or stopped"
     else:
         status = end["exit_reason"]
-    return {"run_id": h["run_id"], "task": h["task"]["name"], "model": h["policy"].get("model"),
-            "turns": state["turn"], "state": status, "best": state.get("best"), "branch": h["repo"]["branch"],
-            "run_dir": str(traj.run_dir)}
+    return {
+        "run_id": h["run_id"],
+        "task": h["task"]["name"],
+        "model": h["policy"].get("model"),
+        "turns": state["turn"],
+        "state": status,
+        "best": state.get("best"),
+        "branch": h["repo"]["branch"],
+        "run_dir": str(traj.run_dir),
+    }
 
 
 def _best_cell(best: dict | None) -> str:
@@ -159,8 +171,14 @@ def _turn_row(t: dict) -> dict:
             tier, se, sc = v["tier"], v.get("speedup_vs_eager"), v.get("speedup_vs_compile")
     actions = "; ".join(f"{a['tool']}{'' if a['ok'] else ' (failed)'}" for a in t["actions"]) or "format error"
     usage = t["reply"]["usage"]
-    return {"turn": t["turn"], "commit": t["commit"] or next((a["improved"] for a in t["actions"] if a.get("improved")),
-                                                             None),
-            "seconds": t["seconds"], "tokens": usage["prompt_tokens"] + usage["completion_tokens"],
-            "actions": actions, "tier": tier, "speedup_vs_eager": se, "speedup_vs_compile": sc,
-            "improved": any(a.get("improved") for a in t["actions"])}
+    return {
+        "turn": t["turn"],
+        "commit": t["commit"] or next((a["improved"] for a in t["actions"] if a.get("improved")), None),
+        "seconds": t["seconds"],
+        "tokens": usage["prompt_tokens"] + usage["completion_tokens"],
+        "actions": actions,
+        "tier": tier,
+        "speedup_vs_eager": se,
+        "speedup_vs_compile": sc,
+        "improved": any(a.get("improved") for a in t["actions"]),
+    }

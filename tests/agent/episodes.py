@@ -66,8 +66,9 @@ def cli_env(home: Path, server_url: str | None) -> dict:
 
 
 def cudagent(args: list[str], env: dict, cwd: Path | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cudagent", *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "cudagent", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def events(stdout: str) -> list[dict]:

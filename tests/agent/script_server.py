@@ -22,8 +22,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class ScriptedServer:
-    def __init__(self, script, model: str = "scripted-model", tool_choice: tuple = ("auto", "required"),
-                 context_chars: int | None = None):
+    def __init__(
+        self,
+        script,
+        model: str = "scripted-model",
+        tool_choice: tuple = ("auto", "required"),
+        context_chars: int | None = None,
+    ):
         self.script = script
         self.model = model
         self.tool_choice = tool_choice  # which tool_choice values are accepted ("auto" missing: like vLLM bare)
@@ -39,8 +44,9 @@ class ScriptedServer:
 
             def do_GET(self):
                 if self.path.rstrip("/").endswith("/models"):
-                    self._json(200, {"object": "list", "data": [{"id": server.model, "object": "model",
-                                                                  "owned_by": "tests"}]})
+                    self._json(
+                        200, {"object": "list", "data": [{"id": server.model, "object": "model", "owned_by": "tests"}]}
+                    )
                 else:
                     self._json(404, {"error": {"message": "not found"}})
 
@@ -96,15 +102,35 @@ class ScriptedServer:
     def answer(self, body: dict):
         choice = body.get("tool_choice")
         if body.get("tools") and choice not in self.tool_choice:
-            return 400, {"error": {"message": f'"{choice}" tool choice requires --enable-auto-tool-choice and '
-                                              "--tool-call-parser to be set", "type": "BadRequestError"}}, None
+            return (
+                400,
+                {
+                    "error": {
+                        "message": f'"{choice}" tool choice requires --enable-auto-tool-choice and '
+                        "--tool-call-parser to be set",
+                        "type": "BadRequestError",
+                    }
+                },
+                None,
+            )
         if body.get("max_tokens") == 1:  # the client's probe
             return 200, _completion(self.model, {"role": "assistant", "content": "ok"}), None
         messages = body.get("messages", [])
-        if self.context_chars is not None and sum(len(str(m.get("content") or "")) for m in messages) > \
-                self.context_chars:
-            return 400, {"error": {"message": "This model's maximum context length is exceeded: reduce the length "
-                                              "of the messages.", "type": "BadRequestError"}}, None
+        if (
+            self.context_chars is not None
+            and sum(len(str(m.get("content") or "")) for m in messages) > self.context_chars
+        ):
+            return (
+                400,
+                {
+                    "error": {
+                        "message": "This model's maximum context length is exceeded: reduce the length "
+                        "of the messages.",
+                        "type": "BadRequestError",
+                    }
+                },
+                None,
+            )
         step_index = sum(1 for m in messages if m.get("role") == "assistant")
         with self._lock:
             count = self.seen.get(step_index, 0) + 1
@@ -118,26 +144,31 @@ class ScriptedServer:
             return step["status"], step.get("body", {"error": {"message": f"scripted {step['status']}"}}), None
         if "garbage" in step:
             return 200, None, step["garbage"]
-        usage = {"prompt_tokens": sum(len(str(m.get("content") or "")) for m in messages) // 4,
-                 "completion_tokens": 20}
+        usage = {"prompt_tokens": sum(len(str(m.get("content") or "")) for m in messages) // 4, "completion_tokens": 20}
         if "text" in step:
             return 200, _completion(self.model, {"role": "assistant", "content": step["text"]}, usage), None
         calls = step.get("calls") or [(step["tool"], step.get("arguments", {}))]
         tool_calls = []
         for i, (name, args) in enumerate(calls):
             raw = step["raw_arguments"] if "raw_arguments" in step else json.dumps(args)
-            tool_calls.append({"id": f"call_{step_index}_{i}", "type": "function",
-                               "function": {"name": name, "arguments": raw}})
+            tool_calls.append(
+                {"id": f"call_{step_index}_{i}", "type": "function", "function": {"name": name, "arguments": raw}}
+            )
         message = {"role": "assistant", "content": step.get("content", ""), "tool_calls": tool_calls}
         return 200, _completion(self.model, message, usage, finish="tool_calls"), None
 
 
 def _completion(model: str, message: dict, usage: dict | None = None, finish: str = "stop") -> dict:
     return {
-        "id": "chatcmpl-scripted", "object": "chat.completion", "created": int(time.time()), "model": model,
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {**(usage or {"prompt_tokens": 1, "completion_tokens": 1}),
-                  "total_tokens": sum((usage or {"prompt_tokens": 1, "completion_tokens": 1}).values())},
+        "usage": {
+            **(usage or {"prompt_tokens": 1, "completion_tokens": 1}),
+            "total_tokens": sum((usage or {"prompt_tokens": 1, "completion_tokens": 1}).values()),
+        },
     }
 
 

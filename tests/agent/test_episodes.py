@@ -44,8 +44,13 @@ def test_solving_episode_commits_every_turn_and_tags_the_best(tmp_path):
     # turns 2 and 3 wrote files: one commit each; turn 5 verified: a commit for the new best
     assert subjects[1:] == ["turn 2: write_file", "turn 3: write_file", "turn 5: new best, tier 1"]
     best_msg = git(repo, "log", "-1", "--format=%B", s["best"]["commit"])
-    for trailer in ("Cudagent-Turn: 5", "Cudagent-Tier: 1", f"Cudagent-Run: {s['run_id']}",
-                    "Cudagent-Model: scripted-model", "Cudagent-GPU: CPU"):
+    for trailer in (
+        "Cudagent-Turn: 5",
+        "Cudagent-Tier: 1",
+        f"Cudagent-Run: {s['run_id']}",
+        "Cudagent-Model: scripted-model",
+        "Cudagent-GPU: CPU",
+    ):
         assert trailer in best_msg, best_msg
     assert git(repo, "rev-parse", f"{s['branch']}/best").strip() == s["best"]["commit"]
     assert git(repo, "show", f"{s['best']['commit']}:model_new.py") == MODEL_NEW
@@ -54,8 +59,9 @@ def test_solving_episode_commits_every_turn_and_tags_the_best(tmp_path):
     assert git(repo, "show", "--name-only", "--format=", turn2).split() == ["kernels/axpby_cpu.cpp"]
     assert git(repo, "status", "--porcelain").strip() == ""  # build outputs are ignored
     # the trajectory: header, 6 turns, an end, all messages
-    lines = [json.loads(x) for x in (tmp_path / "home" / "runs" / s["run_id"] / "trajectory.jsonl").read_text()
-             .splitlines()]
+    lines = [
+        json.loads(x) for x in (tmp_path / "home" / "runs" / s["run_id"] / "trajectory.jsonl").read_text().splitlines()
+    ]
     assert [x["kind"] for x in lines] == ["run"] + ["turn"] * 6 + ["end"]
     assert lines[5]["actions"][0]["verdict"]["correct"] is True
     # the model saw tool results as tool messages answering its calls
@@ -123,13 +129,25 @@ def test_refused_paths_and_protected_files(tmp_path):
 @pytest.mark.parametrize(
     ("flags", "steps", "reason", "turns"),
     [
-        (["--max-turns", "3"], [{"tool": "read_file", "arguments": {"path": f"model.py", "start_line": i}}
-                                for i in range(1, 9)], "max_turns", 3),
+        (
+            ["--max-turns", "3"],
+            [{"tool": "read_file", "arguments": {"path": "model.py", "start_line": i}} for i in range(1, 9)],
+            "max_turns",
+            3,
+        ),
         (["--max-format-errors", "2"], [{"text": "I think I should write a kernel."}] * 5, "format_errors", 2),
-        (["--max-tokens", "1500"], [{"tool": "read_file", "arguments": {"path": "model.py", "start_line": i}}
-                                    for i in range(1, 30)], "tokens", None),
-        (["--patience", "3"], [{"tool": "bash", "arguments": {"command": f"echo {i}"}} for i in range(10)],
-         "patience", 3),
+        (
+            ["--max-tokens", "1500"],
+            [{"tool": "read_file", "arguments": {"path": "model.py", "start_line": i}} for i in range(1, 30)],
+            "tokens",
+            None,
+        ),
+        (
+            ["--patience", "3"],
+            [{"tool": "bash", "arguments": {"command": f"echo {i}"}} for i in range(10)],
+            "patience",
+            3,
+        ),
         ([], [{"tool": "bash", "arguments": {"command": "ls"}}] * 12, "stuck", 8),
         (["--max-minutes", "0.001"], [{"tool": "bash", "arguments": {"command": "sleep 0.2"}}] * 5, "wall_time", 1),
     ],
@@ -138,8 +156,9 @@ def test_refused_paths_and_protected_files(tmp_path):
 def test_each_limit_ends_the_run_cleanly(tmp_path, flags, steps, reason, turns):
     task = write_task(tmp_path / "t")
     with ScriptedServer(from_list(steps)) as server:
-        proc = cudagent(["optimize", str(task), *CPU, "--no-final-check", *flags],
-                        cli_env(tmp_path / "home", server.url))
+        proc = cudagent(
+            ["optimize", str(task), *CPU, "--no-final-check", *flags], cli_env(tmp_path / "home", server.url)
+        )
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = summary(proc.stdout)
     assert s["exit_reason"] == reason
@@ -154,8 +173,9 @@ def test_target_speedup_ends_after_a_good_enough_kernel(tmp_path):
     task = write_task(tmp_path / "t")
     steps = SOLVE[1:4] + [{"tool": "profile", "arguments": {}}] + [{"tool": "bash", "arguments": {"command": "ls"}}]
     with ScriptedServer(from_list(steps)) as server:
-        proc = cudagent(["optimize", str(task), *CPU, "--target-speedup", "0.01"],
-                        cli_env(tmp_path / "home", server.url))
+        proc = cudagent(
+            ["optimize", str(task), *CPU, "--target-speedup", "0.01"], cli_env(tmp_path / "home", server.url)
+        )
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = summary(proc.stdout)
     assert s["exit_reason"] == "target_reached" and s["turns"] == 4
@@ -172,8 +192,13 @@ def test_resume_after_kill_9_loses_no_turn(tmp_path):
     home = tmp_path / "home"
     with ScriptedServer(from_list(steps)) as server:
         env = cli_env(home, server.url)
-        proc = subprocess.Popen([sys.executable, "-m", "cudagent", "optimize", str(task), *CPU, "--no-final-check"],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cudagent", "optimize", str(task), *CPU, "--no-final-check"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         seen = []
         for line in proc.stdout:  # kill -9 while turn 6's shell command runs
             seen.append(json.loads(line))
@@ -225,10 +250,16 @@ def test_review_commands_and_export(tmp_path):
     assert out.returncode == 0, out.stderr
     assert (dest / "kernels" / "axpby_cpu.cpp").read_text() == KERNEL
     check = subprocess.run(
-        [sys.executable, "-c",
-         "import torch, fast_axpby; m = fast_axpby.ModelNew(2.0); a, b = torch.randn(100), torch.randn(100); "
-         "assert torch.allclose(m(a, b), 2.0 * a + b); print('ok')"],
-        cwd=dest.parent, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-c",
+            "import torch, fast_axpby; m = fast_axpby.ModelNew(2.0); a, b = torch.randn(100), torch.randn(100); "
+            "assert torch.allclose(m(a, b), 2.0 * a + b); print('ok')",
+        ],
+        cwd=dest.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert check.stdout.strip() == "ok", check.stderr[-3000:]
     again = cudagent(["export", "last", str(dest)], env)
@@ -237,8 +268,11 @@ def test_review_commands_and_export(tmp_path):
 
 def test_wrong_kernel_is_not_a_best(tmp_path):
     task = write_task(tmp_path / "t")
-    steps = [SOLVE[1], {"tool": "write_file", "arguments": {"path": "model_new.py", "content": WRONG_MODEL_NEW}},
-             {"tool": "verify", "arguments": {}}]
+    steps = [
+        SOLVE[1],
+        {"tool": "write_file", "arguments": {"path": "model_new.py", "content": WRONG_MODEL_NEW}},
+        {"tool": "verify", "arguments": {}},
+    ]
     with ScriptedServer(from_list(steps)) as server:
         proc = cudagent(["optimize", str(task), *CPU], cli_env(tmp_path / "home", server.url))
     assert proc.returncode == 0, proc.stderr[-3000:]
