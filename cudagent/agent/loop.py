@@ -399,18 +399,19 @@ class Agent:
             window = (
                 self.limits.context_tokens or getattr(self.policy, "context_tokens", None) or DEFAULT_CONTEXT_TOKENS
             )
-            self.state.context_budget = max(1024, int(window * 0.9) - REPLY_RESERVE_TOKENS)
+            reserve = getattr(self.policy, "max_tokens", None) or REPLY_RESERVE_TOKENS
+            self.state.context_budget = max(1024, int(window * 0.9) - reserve)
         return self.state.context_budget
 
     def _shrink_context(self) -> bool:
         """The server said the history is too long: elide harder, if anything is left to elide."""
         if self.policy.tokenizes:
             return False
-        floor = estimate_tokens(self.messages[:2]) + 512
+        floor = estimate_tokens(self.messages[:2]) + 256
         budget = self._budget()
-        if budget // 2 < floor:
+        if budget <= floor:
             return False
-        self.state.context_budget = budget // 2
+        self.state.context_budget = max(floor, int(budget * 0.7))
         return True
 
     def _context(self, messages: list[dict]) -> list[dict]:
@@ -526,14 +527,15 @@ def estimate_tokens(messages: list[dict]) -> int:
 
 def elide(messages: list[dict], budget_tokens: int) -> list[dict]:
     """Replace the oldest observations (then the oldest long assistant texts) by a one-line stub until the
-    history fits; the opening two messages and the most recent ones are never touched. Deterministic: the same
-    history and budget always give the same context."""
+    history fits. The opening two messages and the last two are never touched, the last KEEP_RECENT_MESSAGES only
+    when nothing older is left. Deterministic: the same history and budget always give the same context."""
     if estimate_tokens(messages) <= budget_tokens:
         return messages
     out = [dict(m) for m in messages]
-    protected = set(range(min(2, len(out)))) | set(range(max(0, len(out) - KEEP_RECENT_MESSAGES), len(out)))
     total = estimate_tokens(out)
-    for roles in (("tool", "user"), ("assistant",)):
+    passes = [(keep, roles) for keep in (KEEP_RECENT_MESSAGES, 2) for roles in (("tool", "user"), ("assistant",))]
+    for keep, roles in passes:
+        protected = set(range(min(2, len(out)))) | set(range(max(0, len(out) - keep), len(out)))
         for i, m in enumerate(out):
             if total <= budget_tokens:
                 return out

@@ -58,14 +58,16 @@ class RunOptions:
     final_evaluation: bool = True
 
 
-def start_run(task_path: Path, policy_settings: PolicySettings, options: RunOptions, reporter) -> dict:
+def start_run(task_path: Path, policy_settings: PolicySettings, options: RunOptions, reporter, policy=None) -> dict:
+    """Start a run. `policy` replaces the one `policy_settings` describe (a token-level policy in training, a
+    replay in benchmarks); the settings are still what the trajectory records for a resume."""
     from cudagent.evaluator import Evaluator
     from cudagent.hardware import resolve_device
     from cudagent.task import load_task
 
     task = load_task(task_path)
     device = resolve_device(options.device)
-    policy = _prepared(policy_settings.build())
+    policy = _prepared(policy if policy is not None else policy_settings.build())
     evaluator = Evaluator(task, device)  # validates the task: a broken reference fails here, before any run exists
     run_id = new_run_id(Path(task_path).stem)
     run_dir = runs_root() / run_id

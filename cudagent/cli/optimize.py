@@ -51,8 +51,11 @@ def optimize(
     temperature: float = typer.Option(
         None, help="Sampling temperature; default: the server's.", rich_help_panel=MODEL_PANEL
     ),
+    reply_tokens: int = typer.Option(
+        None, help="Most tokens of one reply; default: the server's.", rich_help_panel=MODEL_PANEL
+    ),
     max_turns: int = typer.Option(
-        None, help="Most turns (model replies) of the run [default: 200].", rich_help_panel=LIMIT_PANEL
+        None, help="Most turns (model replies) of the run (default 200).", rich_help_panel=LIMIT_PANEL
     ),
     max_minutes: float = typer.Option(None, help="Wall-clock limit of the run.", rich_help_panel=LIMIT_PANEL),
     max_tokens: int = typer.Option(
@@ -68,7 +71,7 @@ def optimize(
     ),
     max_format_errors: int = typer.Option(
         None,
-        help="End after this many replies in a row with no usable action [default: 5].",
+        help="End after this many replies in a row with no usable action (default 5).",
         rich_help_panel=LIMIT_PANEL,
     ),
     context_tokens: int = typer.Option(
@@ -102,11 +105,18 @@ def optimize(
         "max_format_errors": max_format_errors,
         "context_tokens": context_tokens,
     }
+    if reply_tokens is not None and reply_tokens <= 0:
+        raise typer.BadParameter("must be positive", param_hint="--reply-tokens")
     for name, value in overrides.items():
         if value is not None and value <= 0:
             raise typer.BadParameter("must be positive", param_hint=f"--{name.replace('_', '-')}")
     settings = PolicySettings(
-        base_url=base_url, api_key=api_key, model=model, mode=action_format, temperature=temperature
+        base_url=base_url,
+        api_key=api_key,
+        model=model,
+        mode=action_format,
+        temperature=temperature,
+        max_tokens=reply_tokens,
     )
     options = RunOptions(device=device.value, final_evaluation=final_check)
     reporter = reporter_for(as_json)
