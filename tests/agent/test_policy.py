@@ -39,7 +39,8 @@ def test_falls_back_to_required_when_auto_is_refused():
 
 
 def test_falls_back_to_text_actions_without_tool_support():
-    text = 'I will compile.\n```action\n{"tool": "edit_file", "arguments": {"path": "a", "old_str": "x", "new_str": "y"}}\n```'
+    action = '{"tool": "edit_file", "arguments": {"path": "a", "old_str": "x", "new_str": "y"}}'
+    text = f"I will compile.\n```action\n{action}\n```"
     with ScriptedServer(lambda i, m: {"text": text}, tool_choice=()) as server:
         p = policy(server)
         history = HISTORY + [
