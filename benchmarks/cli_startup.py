@@ -1,6 +1,6 @@
 """Benchmark: how long `cudagent --help` takes to answer (torch is imported lazily, so it should be well under 0.5 s).
 
-    python benchmarks/cli_startup.py [--out benchmarks/results/cli_startup.json]
+python benchmarks/cli_startup.py [--out benchmarks/results/cli_startup.json]
 """
 
 from __future__ import annotations
@@ -30,9 +30,15 @@ def main() -> None:
         start = time.perf_counter()
         subprocess.run(cmd, capture_output=True, check=True)
         times.append(time.perf_counter() - start)
-    out = {"command": " ".join(Path(c).name if i == 0 else c for i, c in enumerate(cmd)), "runs": RUNS,
-           "median_s": statistics.median(times), "max_s": max(times), "min_s": min(times), "target_s": 0.5,
-           "python": sys.version.split()[0]}
+    out = {
+        "command": " ".join(Path(c).name if i == 0 else c for i, c in enumerate(cmd)),
+        "runs": RUNS,
+        "median_s": statistics.median(times),
+        "max_s": max(times),
+        "min_s": min(times),
+        "target_s": 0.5,
+        "python": sys.version.split()[0],
+    }
     Path(args.out).write_text(json.dumps(out, indent=2))
     print(f"cudagent --help: median {out['median_s'] * 1e3:.0f} ms, max {out['max_s'] * 1e3:.0f} ms -> {args.out}")
 

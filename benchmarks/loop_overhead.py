@@ -56,9 +56,13 @@ class ReplayPolicy:
 
         name, args = self.calls.pop(0)
         call = ToolCall(id=f"c{len(self.calls)}", name=name, arguments=args, raw_arguments=json.dumps(args))
-        msg = {"role": "assistant", "content": "next step",
-               "tool_calls": [{"id": call.id, "type": "function", "function": {"name": name,
-                                                                                "arguments": call.raw_arguments}}]}
+        msg = {
+            "role": "assistant",
+            "content": "next step",
+            "tool_calls": [
+                {"id": call.id, "type": "function", "function": {"name": name, "arguments": call.raw_arguments}}
+            ],
+        }
         return PolicyReply("next step", [call], Usage(1000, 50), msg, seconds=0.0)
 
 
@@ -98,9 +102,13 @@ def main() -> None:
         with open(os.devnull, "w") as sink:
             reporter = StampedEvents(sink)
             start = time.perf_counter()
-            summary = start_run(task, PolicySettings(), RunOptions(device="cpu", limits=Limits(max_turns=args.turns),
-                                                                   final_evaluation=False),
-                                reporter, policy=ReplayPolicy(args.turns))
+            summary = start_run(
+                task,
+                PolicySettings(),
+                RunOptions(device="cpu", limits=Limits(max_turns=args.turns), final_evaluation=False),
+                reporter,
+                policy=ReplayPolicy(args.turns),
+            )
             total = time.perf_counter() - start
         lines = [json.loads(x) for x in (Path(summary["run_dir"]) / "trajectory.jsonl").read_text().splitlines()]
     turns = [t for t in lines if t["kind"] == "turn"]
@@ -113,18 +121,28 @@ def main() -> None:
     committing = [o for o, t in zip(overhead, turns) if t["commit"]]
     quiet = [o for o, t in zip(overhead, turns) if not t["commit"]]
     out = {
-        "turns": len(turns), "exit_reason": summary["exit_reason"], "run_total_s": round(total, 2),
-        "overhead_ms": {"median": statistics.median(overhead), "p90": sorted(overhead)[int(0.9 * len(overhead))],
-                        "max": max(overhead), "mean": statistics.fmean(overhead)},
+        "turns": len(turns),
+        "exit_reason": summary["exit_reason"],
+        "run_total_s": round(total, 2),
+        "overhead_ms": {
+            "median": statistics.median(overhead),
+            "p90": sorted(overhead)[int(0.9 * len(overhead))],
+            "max": max(overhead),
+            "mean": statistics.fmean(overhead),
+        },
         "overhead_ms_turns_with_commit": statistics.median(committing) if committing else None,
         "overhead_ms_turns_without_commit": statistics.median(quiet) if quiet else None,
         "last_10_turns_median_ms": statistics.median(overhead[-10:]),
-        "target_ms": 50, "python": sys.version.split()[0], "cpus": os.cpu_count(),
+        "target_ms": 50,
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
     }
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    print(f"loop overhead per turn over {len(turns)} turns: median {out['overhead_ms']['median']:.1f} ms, "
-          f"p90 {out['overhead_ms']['p90']:.1f} ms, max {out['overhead_ms']['max']:.1f} ms "
-          f"(with a commit {out['overhead_ms_turns_with_commit']:.1f} ms) -> {args.out}")
+    print(
+        f"loop overhead per turn over {len(turns)} turns: median {out['overhead_ms']['median']:.1f} ms, "
+        f"p90 {out['overhead_ms']['p90']:.1f} ms, max {out['overhead_ms']['max']:.1f} ms "
+        f"(with a commit {out['overhead_ms_turns_with_commit']:.1f} ms) -> {args.out}"
+    )
 
 
 if __name__ == "__main__":

@@ -118,6 +118,9 @@ def run_bounded(
         timed_out = True
         kill_group(proc)
         proc.wait()
+    except BaseException:  # Ctrl-C or a kill of ours: take the program's whole group with us
+        kill_group(proc)
+        raise
     else:
         # The leader is gone; anything it left behind in its group goes too.
         try:

@@ -24,8 +24,11 @@ def _write_steps() -> list[dict]:
         if path.is_file():
             rel = str(path.relative_to(SOLUTION))
             steps.append({"tool": "write_file", "arguments": {"path": rel, "content": path.read_text()}})
-    return steps + [{"tool": "compile", "arguments": {}}, {"tool": "profile", "arguments": {}},
-                    {"tool": "finish", "arguments": {"summary": "fused scale, shift and tanh in one pass"}}]
+    return steps + [
+        {"tool": "compile", "arguments": {}},
+        {"tool": "profile", "arguments": {}},
+        {"tool": "finish", "arguments": {"summary": "fused scale, shift and tanh in one pass"}},
+    ]
 
 
 def test_scripted_cuda_episode_commits_a_tier_3_kernel(tmp_path):
@@ -39,8 +42,10 @@ def test_scripted_cuda_episode_commits_a_tier_3_kernel(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = summary(proc.stdout)
     log_text = [f"summary: {s}", git(s["repo"], "log", "--stat", "--format=%n%H%n%B", s["branch"])]
-    log_text += [cudagent(["log", s["run_id"]], env).stdout, cudagent(["show", s["run_id"], str(len(steps) - 1)],
-                                                                          env).stdout]
+    log_text += [
+        cudagent(["log", s["run_id"]], env).stdout,
+        cudagent(["show", s["run_id"], str(len(steps) - 1)], env).stdout,
+    ]
     if os.environ.get("CUDAGENT_EPISODE_LOG"):
         Path(os.environ["CUDAGENT_EPISODE_LOG"]).write_text("\n".join(log_text))
     assert s["exit_reason"] == "finished" and s["turns"] == len(steps)

@@ -281,3 +281,34 @@ def test_wrong_kernel_is_not_a_best(tmp_path):
     text = [m["content"] for m in server.chat_requests[-1]["messages"] if m["role"] == "tool"][-1]
     assert "REJECTED (tier -1)" in text and "OUTPUT_MISMATCH" in text
     assert [e["event"] for e in events(proc.stdout)].count("improvement") == 0
+
+
+def test_ctrl_c_stops_the_shell_records_the_interrupt_and_resumes(tmp_path):
+    task = write_task(tmp_path / "t")
+    marker = tmp_path / "still-running"
+    steps = [SOLVE[1], {"tool": "bash", "arguments": {"command": f"sleep 20; touch {marker}"}}, FINISH]
+    home = tmp_path / "home"
+    with ScriptedServer(from_list(steps)) as server:
+        env = cli_env(home, server.url)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cudagent", "optimize", str(task), *CPU, "--no-final-check"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for line in proc.stdout:
+            if json.loads(line).get("event") == "turn":  # turn 1 done; turn 2's shell command is starting
+                time.sleep(2.0)
+                proc.send_signal(signal.SIGINT)
+                break
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130 and "--resume" in err
+        time.sleep(21)
+        assert not marker.exists()  # the shell command died with the run
+        again = cudagent(["optimize", "--resume", "last", "--json"], env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    s = summary(again.stdout)
+    assert s["exit_reason"] == "finished" and s["turns"] == 3
+    kinds = [json.loads(x)["kind"] for x in (home / "runs" / s["run_id"] / "trajectory.jsonl").read_text().splitlines()]
+    assert kinds == ["run", "turn", "end", "resume", "turn", "turn", "end"]
