@@ -145,6 +145,7 @@ class Evaluator:
                 return self._finish(v, t0)
             t1 = time.monotonic()
             child.handshake()
+            v.seconds["child_start"] = round(time.monotonic() - t1, 3)  # what the build did not hide
             runner = TrialRunner(self.task, self.device, child, self.options.tolerance, self.options.call_timeout_s, v)
             ref = runner.run(ws, self.options.stock_trials, self.options.build_timeout_s + 120)
             v.seconds["verify"] = round(time.monotonic() - t1, 3)

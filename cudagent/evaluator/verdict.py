@@ -30,6 +30,7 @@ class Trial:
     # max over elements of |got - expected| / (atol + rtol * |expected|): above 1 fails.
     worst_tolerance_ratio: float | None = None
     message: str | None = None
+    seconds: float | None = None  # the whole trial: reference, transfer, the candidate's call, the comparison
 
 
 @dataclass

@@ -13,6 +13,7 @@ The reference model and its outputs never leave this process.
 from __future__ import annotations
 
 import secrets
+import time
 
 import torch
 
@@ -91,7 +92,9 @@ class TrialRunner:
 
     def _load(self, ws: Workspace, ref, timeout_s: float) -> bool:
         msg = load_message(self.task, ws, self.device, ref)
+        start = time.monotonic()
         reply = self.child.request(msg, timeout_s=timeout_s, what="loading ModelNew")
+        self.v.seconds["load"] = round(time.monotonic() - start, 3)
         if not reply.get("ok", False):
             code, text = LOAD_STAGES.get(reply.get("stage"), LOAD_STAGES["import"])
             if "defines no class ModelNew" in str(reply.get("error")):
@@ -104,6 +107,7 @@ class TrialRunner:
         return True
 
     def _call(self, name: str, inputs: list, model, reuse: bool = False, observe: bool = False):
+        start = time.monotonic()
         expected = self.task.run(model, inputs)
         self.fp32_outputs = self.fp32_outputs or has_dtype(expected, torch.float32)
         out_bytes = nbytes_list(expected)
@@ -132,6 +136,7 @@ class TrialRunner:
                 comparison.max_abs_error if comparison else None,
                 comparison.worst_tolerance_ratio if comparison else None,
                 found[0].message if found else None,
+                round(time.monotonic() - start, 4),
             )
         )
         if comparison and (self.v.max_abs_error is None or comparison.max_abs_error > self.v.max_abs_error):
