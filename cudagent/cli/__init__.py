@@ -38,11 +38,12 @@ def _root(
     interrupted."""
 
 
+from cudagent.cli import bench as _bench  # noqa: E402
 from cudagent.cli import check as _check  # noqa: E402  (each module registers its commands on `app`)
 from cudagent.cli import optimize as _optimize  # noqa: E402
 from cudagent.cli import review as _review  # noqa: E402
 
-del _check, _optimize, _review
+del _check, _optimize, _review, _bench
 
 
 def main() -> None:

@@ -1,0 +1,60 @@
+"""Null candidates: outputs that owe nothing to the computation. A task on which one of them passes is degenerate
+(its output is constant, tiny, or equal to an input), and a "solution" to it proves nothing (REFERENCE.md §2).
+
+    zeros        all zeros
+    mean         the mean of the output on another input draw, everywhere
+    passthrough  an input of the output's shape, returned as is
+    subsample    one output element in a hundred, each repeated over its hundred neighbours
+
+Each must pass on every one of three fresh draws to count. Runs in this (trusted) process: null candidates are ours.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import torch
+
+from cudagent.evaluator.compare import Tolerance, compare
+from cudagent.task import Task
+
+DRAWS = 3
+
+
+def null_candidates(task: Task, device: str, tol: Tolerance | None = None) -> list[str]:
+    """The names of the null candidates that pass; empty for a sound task."""
+    tol = tol or Tolerance()
+    draws = []
+    for _ in range(DRAWS + 1):
+        model = task.build_model(secrets.randbits(62), device)
+        inputs = task.make_inputs(secrets.randbits(62), device)
+        draws.append((inputs, task.run(model, inputs)))
+    if not isinstance(draws[0][1], torch.Tensor) or not draws[0][1].is_floating_point():
+        return []
+    other_mean = draws[0][1].float().mean().item()
+    passing = []
+    for name in ("zeros", "mean", "passthrough", "subsample"):
+        ok = True
+        for inputs, expected in draws[1:]:
+            got = _null(name, inputs, expected, other_mean)
+            if got is None or not compare(expected, got, tol, check_device=False).ok:
+                ok = False
+                break
+        if ok:
+            passing.append(name)
+    return passing
+
+
+def _null(name: str, inputs: list, expected: torch.Tensor, other_mean: float) -> torch.Tensor | None:
+    if name == "zeros":
+        return torch.zeros_like(expected)
+    if name == "mean":
+        return torch.full_like(expected, other_mean)
+    if name == "passthrough":
+        same = [
+            x for x in inputs if isinstance(x, torch.Tensor) and x.shape == expected.shape and x.dtype == expected.dtype
+        ]
+        return same[0].clone() if same else None
+    flat = expected.reshape(-1)
+    index = torch.arange(flat.numel(), device=flat.device) // 100 * 100
+    return flat[index].reshape(expected.shape)

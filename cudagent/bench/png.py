@@ -1,0 +1,105 @@
+"""A PNG of the speedup distribution per level, without a plotting library: one row per level, one dot per correct
+task at log2(speedup) on a shared axis from 1/8x to 8x, a line at 1x, labels in a small bitmap font."""
+
+from __future__ import annotations
+
+import math
+import struct
+import zlib
+
+# 3x5 glyphs, rows top to bottom, bits left to right
+_FONT = {
+    "0": ("111", "101", "101", "101", "111"),
+    "1": ("010", "110", "010", "010", "111"),
+    "2": ("111", "001", "111", "100", "111"),
+    "3": ("111", "001", "111", "001", "111"),
+    "4": ("101", "101", "111", "001", "001"),
+    "5": ("111", "100", "111", "001", "111"),
+    "6": ("111", "100", "111", "101", "111"),
+    "7": ("111", "001", "001", "001", "001"),
+    "8": ("111", "101", "111", "101", "111"),
+    "9": ("111", "101", "111", "001", "111"),
+    ".": ("000", "000", "000", "000", "010"),
+    "x": ("000", "101", "010", "101", "000"),
+    "/": ("001", "001", "010", "100", "100"),
+    "L": ("100", "100", "100", "100", "111"),
+    "-": ("000", "000", "111", "000", "000"),
+    "n": ("000", "110", "101", "101", "101"),
+    "=": ("000", "111", "000", "111", "000"),
+    " ": ("000", "000", "000", "000", "000"),
+    "a": ("000", "011", "101", "101", "011"),
+    "l": ("110", "010", "010", "010", "111"),
+}
+WHITE, GREY, BLACK, BLUE, RED = (255, 255, 255), (200, 200, 200), (40, 40, 40), (31, 119, 180), (214, 39, 40)
+
+
+class Canvas:
+    def __init__(self, width: int, height: int):
+        self.w, self.h = width, height
+        self.px = bytearray(WHITE * (width * height))
+
+    def set(self, x: int, y: int, color) -> None:
+        if 0 <= x < self.w and 0 <= y < self.h:
+            i = 3 * (y * self.w + x)
+            self.px[i : i + 3] = bytes(color)
+
+    def rect(self, x0: int, y0: int, x1: int, y1: int, color) -> None:
+        for y in range(max(0, y0), min(self.h, y1 + 1)):
+            for x in range(max(0, x0), min(self.w, x1 + 1)):
+                self.set(x, y, color)
+
+    def text(self, x: int, y: int, s: str, color=BLACK, scale: int = 2) -> None:
+        for ch in s:
+            glyph = _FONT.get(ch, _FONT[" "])
+            for gy, row in enumerate(glyph):
+                for gx, bit in enumerate(row):
+                    if bit == "1":
+                        self.rect(
+                            x + gx * scale,
+                            y + gy * scale,
+                            x + gx * scale + scale - 1,
+                            y + gy * scale + scale - 1,
+                            color,
+                        )
+            x += 4 * scale
+
+    def png(self) -> bytes:
+        raw = b"".join(b"\x00" + bytes(self.px[3 * y * self.w : 3 * (y + 1) * self.w]) for y in range(self.h))
+
+        def chunk(kind: bytes, data: bytes) -> bytes:
+            return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+        header = struct.pack(">IIBBBBB", self.w, self.h, 8, 2, 0, 0, 0)
+        return (
+            b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
+        )
+
+
+def speedup_plot(rows: dict[str, list[float]], path: str, lo: float = -3.0, hi: float = 3.0) -> None:
+    """rows: level label -> speedups of its correct tasks. Dots left of the 1x line are slower than the baseline."""
+    left, right, row_h, top = 90, 20, 60, 20
+    width = 720
+    height = top + row_h * max(1, len(rows)) + 40
+    c = Canvas(width, height)
+    span = width - left - right
+
+    def xpos(s: float) -> int:
+        v = min(hi, max(lo, math.log2(s))) if s > 0 else lo
+        return left + round((v - lo) / (hi - lo) * span)
+
+    for tick in range(int(lo), int(hi) + 1):
+        x = xpos(2.0**tick)
+        c.rect(x, top, x, height - 35, BLACK if tick == 0 else GREY)
+        label = f"{2.0**tick:g}x" if tick >= 0 else f"1/{2**-tick}x"
+        c.text(x - len(label) * 4, height - 28, label)
+    for r, (label, speedups) in enumerate(rows.items()):
+        y = top + r * row_h + row_h // 2
+        c.text(8, y - 5, label[:10])
+        c.text(8, y + 9, f"n={len(speedups)}", GREY)
+        c.rect(left, y, width - right, y, GREY)
+        for i, s in enumerate(sorted(speedups)):
+            jitter = ((i * 7) % 9 - 4) * 3  # deterministic spread, so equal speedups stay visible
+            x = xpos(s)
+            c.rect(x - 2, y + jitter - 2, x + 2, y + jitter + 2, BLUE if s >= 1 else RED)
+    with open(path, "wb") as f:
+        f.write(c.png())

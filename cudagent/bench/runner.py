@@ -1,0 +1,186 @@
+"""Running a bench: a queue of tasks, one worker per GPU (so profiling on a GPU is never shared), each task in a
+worker process of its own with a timeout (cudagent.bench.worker); a result line appended to results.jsonl as each
+task ends, so `--resume` skips what is done. With `--ray ADDRESS` the same worker runs as a Ray task, one GPU each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cudagent.bench.tasks import BenchTask, solution_for
+from cudagent.errors import EnvironmentProblem
+from cudagent.procs import run_bounded
+
+RESULTS = "results.jsonl"
+
+
+@dataclass
+class BenchConfig:
+    out_dir: Path
+    device: str = "auto"  # the resolved kind: cuda or cpu
+    slots: list[str | None] = field(default_factory=lambda: [None])  # GPU ids, or [None] on the CPU
+    timeout_s: float = 1800.0
+    solutions: Path | None = None
+    optimize: dict | None = None  # policy settings and limits for agent runs
+    resume: bool = False
+    ray_address: str | None = None
+
+
+def done_keys(out_dir: Path) -> set[str]:
+    path = out_dir / RESULTS
+    if not path.is_file():
+        return set()
+    keys = set()
+    for line in path.read_text().splitlines():
+        try:
+            keys.add(json.loads(line)["key"])
+        except (json.JSONDecodeError, KeyError):
+            continue  # a line cut short by a kill
+    return keys
+
+
+def load_results(out_dir: Path) -> list[dict]:
+    rows = {}
+    path = out_dir / RESULTS
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            rows[row["key"]] = row
+    return list(rows.values())
+
+
+class Bench:
+    def __init__(self, config: BenchConfig, on_result=None):
+        self.config = config
+        self.on_result = on_result or (lambda row: None)
+        self._lock = threading.Lock()
+        config.out_dir.mkdir(parents=True, exist_ok=True)
+        self._settings_file = None
+        if config.optimize is not None:
+            self._settings_file = config.out_dir / "optimize-settings.json"
+            self._settings_file.write_text(json.dumps(config.optimize))
+
+    def run(self, tasks: list[BenchTask]) -> list[dict]:
+        skip = done_keys(self.config.out_dir) if self.config.resume else set()
+        if not self.config.resume:
+            (self.config.out_dir / RESULTS).unlink(missing_ok=True)
+        todo = [t for t in tasks if t.key not in skip]
+        if self.config.ray_address:
+            self._run_ray(todo)
+        else:
+            self._run_local(todo)
+        wanted = {t.key for t in tasks}
+        return [r for r in load_results(self.config.out_dir) if r["key"] in wanted]
+
+    # ----- local: one thread per slot ---------------------------------------------------------------------------
+
+    def _run_local(self, tasks: list[BenchTask]) -> None:
+        jobs: queue.Queue = queue.Queue()
+        for t in tasks:
+            jobs.put(t)
+        threads = [threading.Thread(target=self._serve, args=(slot, jobs), daemon=True) for slot in self.config.slots]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+
+    def _serve(self, slot: str | None, jobs: queue.Queue) -> None:
+        while True:
+            try:
+                task = jobs.get_nowait()
+            except queue.Empty:
+                return
+            self._record(task, slot, run_worker(self._argv(task), slot, self.config.timeout_s))
+
+    def _argv(self, task: BenchTask) -> list[str]:
+        argv = ["--task", str(task.path), "--device", self.config.device]
+        if self._settings_file is not None:
+            argv += ["--optimize", str(self._settings_file)]
+        elif self.config.solutions is not None:
+            solution = solution_for(task, self.config.solutions)
+            if solution is not None:
+                argv += ["--solution", str(solution)]
+        return argv
+
+    def _record(self, task: BenchTask, slot: str | None, result: dict) -> None:
+        row = {"key": task.key, "name": task.name, "level": task.level, "gpu": slot, **result}
+        line = json.dumps(row, default=str) + "\n"
+        with self._lock:
+            with open(self.config.out_dir / RESULTS, "a") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+            self.on_result(row)
+
+    # ----- Ray: the same worker, one task per GPU (or CPU) ---------------------------------------------------
+
+    def _run_ray(self, tasks: list[BenchTask]) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise EnvironmentProblem("--ray needs Ray: pip install ray") from None
+        ray.init(
+            address=None if self.config.ray_address == "local" else self.config.ray_address,
+            ignore_reinit_error=True,
+            include_dashboard=False,
+            log_to_driver=False,
+        )
+        resources = {"num_gpus": 1} if self.config.device == "cuda" else {"num_cpus": 1}
+        remote = ray.remote(**resources, max_retries=0)(_ray_worker)
+        pending = {remote.remote(self._argv(t), self.config.timeout_s): t for t in tasks}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            task = pending.pop(ready[0])
+            try:
+                result = ray.get(ready[0])
+            except Exception as exc:  # noqa: BLE001  (a lost Ray worker is this task's failure)
+                result = {"correct": False, "tier": -1, "error": f"the Ray task failed: {type(exc).__name__}: {exc}"}
+            self._record(task, result.pop("ray_gpu", None), result)
+
+
+def _ray_worker(argv: list[str], timeout_s: float) -> dict:
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
+    result = run_worker(argv, None, timeout_s)
+    result["ray_gpu"] = gpu
+    return result
+
+
+def run_worker(argv: list[str], slot: str | None, timeout_s: float) -> dict:
+    """Run one task's worker process; its result, or a failure that says what happened to it."""
+    with tempfile.TemporaryDirectory(prefix="cudagent-bench-") as tmp:
+        result_file = os.path.join(tmp, "result.json")
+        env = dict(os.environ, PYTHONWARNINGS="ignore")
+        if slot is not None:
+            env["CUDA_VISIBLE_DEVICES"] = slot
+        start = time.monotonic()
+        proc = run_bounded(
+            [sys.executable, "-m", "cudagent.bench.worker", *argv, "--result", result_file],
+            timeout_s=timeout_s,
+            env=env,
+        )
+        if os.path.isfile(result_file):
+            return json.loads(Path(result_file).read_text())
+        tail = proc.output[-1500:].strip()
+        if proc.timed_out:
+            why = f"the task ran past its {timeout_s:.0f} s limit and was stopped"
+        else:
+            why = f"the task's worker died (exit status {proc.returncode})"
+        return {
+            "correct": False,
+            "tier": -1,
+            "error": why,
+            "crashed": True,
+            "output_tail": tail,
+            "wall_s": round(time.monotonic() - start, 2),
+        }

@@ -1,0 +1,110 @@
+"""One bench task, in a process of its own: the null-candidate check, then the evaluation of the given solution
+(or an agent run), written as one JSON object to the file the bench names. A crash or a hang here costs the bench
+this task only.
+
+    python -m cudagent.bench.worker --task T --result R.json --device cuda [--solution S | --optimize SETTINGS.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import traceback
+from pathlib import Path
+
+
+def run(args) -> dict:
+    from cudagent.bench.nullcheck import null_candidates
+    from cudagent.evaluator import EvalOptions, Evaluator
+    from cudagent.hardware import resolve_device
+    from cudagent.task import load_task, validate_task
+    from cudagent.workspace import resolve_candidate, workspace_for
+
+    out: dict = {"task": str(args.task)}
+    task = load_task(Path(args.task))
+    device = resolve_device(args.device)
+    out["device"] = device.to_dict()
+    validate_task(task, device.kind)
+    out["null_candidates"] = null_candidates(task, device.kind)
+    if args.optimize:
+        return {**out, **_optimize(args, device)}
+    if args.solution is None:
+        return {**out, "correct": False, "tier": -1, "error": "no solution for this task", "missing": True}
+    with Evaluator(task, device, EvalOptions()) as evaluator:
+        verdict = evaluator.evaluate(workspace_for(resolve_candidate(Path(args.solution)), task.source))
+    v = verdict.to_dict()
+    keep = (
+        "correct",
+        "tier",
+        "violations",
+        "error",
+        "max_abs_error",
+        "time_ms",
+        "speedup_vs_eager",
+        "speedup_vs_compile",
+        "seconds",
+        "flags",
+        "notes",
+    )
+    return {**out, **{k: v[k] for k in keep}}
+
+
+def _optimize(args, device) -> dict:
+    from cudagent.agent.loop import Limits
+    from cudagent.agent.runner import PolicySettings, RunOptions, start_run
+    from cudagent.agent.ui import JsonEvents
+
+    settings = json.loads(Path(args.optimize).read_text())
+    limits = Limits(**settings.pop("limits", {}))
+    with open(os.devnull, "w") as sink:
+        summary = start_run(
+            Path(args.task), PolicySettings(**settings), RunOptions(device=device.kind, limits=limits), JsonEvents(sink)
+        )
+    best, final = summary.get("best"), summary.get("final") or {}
+    return {
+        "run_id": summary["run_id"],
+        "turns": summary["turns"],
+        "exit_reason": summary["exit_reason"],
+        "correct": bool(best and final.get("correct")),
+        "tier": best["tier"] if best and final.get("correct") else -1,
+        "time_ms": final.get("time_ms"),
+        "speedup_vs_eager": final.get("speedup_vs_eager"),
+        "speedup_vs_compile": final.get("speedup_vs_compile"),
+        "error": summary.get("error"),
+        "violations": final.get("violations", []),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="cudagent.bench.worker")
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--result", required=True)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--solution")
+    parser.add_argument("--optimize", help="a JSON file of policy settings and limits: run the agent instead")
+    args = parser.parse_args()
+    start = time.monotonic()
+    try:
+        result = run(args)
+    except Exception as exc:  # noqa: BLE001  (whatever goes wrong is this task's result, never the bench's)
+        message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        result = {
+            "task": args.task,
+            "correct": False,
+            "tier": -1,
+            "error": message,
+            "trace": traceback.format_exc()[-3000:],
+        }
+    result["wall_s"] = round(time.monotonic() - start, 2)
+    tmp = Path(args.result + ".tmp")
+    tmp.write_text(json.dumps(result, default=str))
+    os.replace(tmp, args.result)
+
+
+if __name__ == "__main__":
+    import warnings
+
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    main()

@@ -1,0 +1,173 @@
+"""`cudagent bench` on the CPU over C++ solutions: a KernelBench-style layout, reports, degenerate tasks, crash
+isolation, resume, and the same workers on a local Ray instance."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+
+import pytest
+
+from cudagent.bench.runner import run_worker
+from cudagent.bench.tasks import discover
+from tests.agent.episodes import REPO, TASK, cli_env, cudagent
+
+DEGENERATE = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Outputs far below the tolerance: zeros pass."""
+
+    def forward(self, x):
+        return x * 1e-6
+
+
+def get_inputs():
+    return [torch.randn(64, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.fixture(scope="module")
+def kernelbench(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kb")
+    (root / "KernelBench" / "level1").mkdir(parents=True)
+    (root / "KernelBench" / "level2").mkdir(parents=True)
+    (root / "KernelBench" / "level1" / "1_axpby.py").write_text(TASK)
+    (root / "KernelBench" / "level1" / "2_tiny.py").write_text(DEGENERATE)
+    (root / "KernelBench" / "level2" / "1_axpby_wrong.py").write_text(TASK)
+    sols = root / "solutions"
+    shutil.copytree(REPO / "examples" / "solutions" / "cpu" / "axpby", sols / "1_axpby")
+    wrong = sols / "1_axpby_wrong"
+    shutil.copytree(REPO / "examples" / "solutions" / "cpu" / "axpby", wrong)
+    text = (wrong / "model_new.py").read_text().replace("self.alpha)", "self.alpha + 1.0)")
+    (wrong / "model_new.py").write_text(text)
+    return root
+
+
+def test_discovery_and_selection(kernelbench):
+    tasks = discover(kernelbench)
+    assert [t.key for t in tasks] == ["1/1_axpby", "1/2_tiny", "2/1_axpby_wrong"]
+    assert [t.key for t in discover(kernelbench, levels=["2"])] == ["2/1_axpby_wrong"]
+    assert [t.key for t in discover(kernelbench, select="*tiny")] == ["1/2_tiny"]
+    listed = kernelbench / "list.txt"
+    listed.write_text("# a comment\n1_axpby\n2/1_axpby_wrong\n")
+    assert [t.key for t in discover(kernelbench, list_file=listed)] == ["1/1_axpby", "2/1_axpby_wrong"]
+
+
+def test_bench_over_cpu_solutions_reports_per_level(kernelbench, tmp_path):
+    out = tmp_path / "out"
+    env = cli_env(tmp_path / "home", None)
+    proc = cudagent(
+        [
+            "bench",
+            str(kernelbench),
+            "--solutions",
+            str(kernelbench / "solutions"),
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "--json",
+        ],
+        env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(x) for x in proc.stdout.splitlines()]
+    assert [x["event"] for x in lines] == ["task", "task", "task", "summary"]
+    s = lines[-1]
+    assert s["tasks"] == 3 and s["correct"] == 1 and set(s["levels"]) == {"1", "2"}
+    l1, l2 = s["levels"]["1"], s["levels"]["2"]
+    assert (l1["tasks"], l1["correct"], l1["missing_solutions"]) == (2, 1, 1)
+    assert (l2["tasks"], l2["correct"]) == (1, 0)
+    assert s["overall"]["degenerate"] == ["1/2_tiny"]
+    assert l1["geomean_eager_correct"] and l1["fast_1_eager"] in (0.0, 0.5)
+    assert s["overall"]["geomean_compile_all"] is not None
+    report = json.loads((out / "report.json").read_text())
+    wrong = next(r for r in report["results"] if r["key"] == "2/1_axpby_wrong")
+    assert wrong["tier"] == -1 and any(v["code"] == "OUTPUT_MISMATCH" for v in wrong["violations"])
+    assert "torch" in report and report["sizes"].endswith(report["sizes"].split("sha256 ")[-1])
+    md = (out / "report.md").read_text()
+    assert "| level 1 | 2 | 1 | 50% |" in md and "degenerate (zeros" in md
+    png = (out / "speedups.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24])[0] == 720
+    # --resume keeps what is done and runs nothing again
+    again = cudagent(
+        [
+            "bench",
+            str(kernelbench),
+            "--solutions",
+            str(kernelbench / "solutions"),
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "--json",
+            "--resume",
+        ],
+        env,
+    )
+    assert again.returncode == 0
+    assert [json.loads(x)["event"] for x in again.stdout.splitlines()] == ["summary"]
+    assert len((out / "results.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_dying_or_hanging_worker_is_that_tasks_failure(kernelbench):
+    died = run_worker(["--task", str(kernelbench / "nope.py")], None, 120)  # argparse is fine; the task is missing
+    assert died["correct"] is False and "does not exist" in died["error"]
+    crashed = run_worker(["--bogus-flag"], None, 120)
+    assert crashed["crashed"] and "exit status 2" in crashed["error"]
+    hung = run_worker(
+        [
+            "--task",
+            str(kernelbench / "KernelBench" / "level1" / "1_axpby.py"),
+            "--device",
+            "cpu",
+            "--solution",
+            str(kernelbench / "solutions" / "1_axpby"),
+        ],
+        None,
+        0.5,
+    )
+    assert hung["crashed"] and "ran past" in hung["error"]
+
+
+def test_bench_usage_errors(tmp_path, kernelbench):
+    env = cli_env(tmp_path / "home", None)
+    missing = cudagent(["bench", str(tmp_path / "nope"), "--device", "cpu"], env)
+    assert missing.returncode == 2 and "not a directory" in missing.stderr
+    level = cudagent(["bench", str(kernelbench), "--level", "7", "--device", "cpu"], env)
+    assert level.returncode == 2 and "no level 7" in level.stderr
+    gpus = cudagent(["bench", str(kernelbench), "--gpus", "0", "--device", "cpu"], env)
+    assert gpus.returncode == 2 and "--gpus needs a CUDA device" in gpus.stderr
+
+
+def test_bench_on_a_local_ray_instance(kernelbench, tmp_path):
+    pytest.importorskip("ray", reason="Ray comes with the test extra")
+    out = tmp_path / "out"
+    proc = cudagent(
+        [
+            "bench",
+            str(kernelbench),
+            "--solutions",
+            str(kernelbench / "solutions"),
+            "--device",
+            "cpu",
+            "--level",
+            "1",
+            "--out",
+            str(out),
+            "--json",
+            "--ray",
+            "local",
+        ],
+        cli_env(tmp_path / "home", None),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    s = json.loads(proc.stdout.splitlines()[-1])
+    assert s["event"] == "summary" and s["tasks"] == 2 and s["correct"] == 1
