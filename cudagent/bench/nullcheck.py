@@ -24,25 +24,29 @@ DRAWS = 3
 def null_candidates(task: Task, device: str, tol: Tolerance | None = None) -> list[str]:
     """The names of the null candidates that pass; empty for a sound task."""
     tol = tol or Tolerance()
-    draws = []
-    for _ in range(DRAWS + 1):
-        model = task.build_model(secrets.randbits(62), device)
-        inputs = task.make_inputs(secrets.randbits(62), device)
-        draws.append((inputs, task.run(model, inputs)))
-    if not isinstance(draws[0][1], torch.Tensor) or not draws[0][1].is_floating_point():
+    first = _draw(task, device)[1]
+    if not isinstance(first, torch.Tensor) or not first.is_floating_point():
         return []
-    other_mean = draws[0][1].float().mean().item()
-    passing = []
-    for name in ("zeros", "mean", "passthrough", "subsample"):
-        ok = True
-        for inputs, expected in draws[1:]:
+    other_mean = first.float().mean().item()
+    del first
+    alive = ["zeros", "mean", "passthrough", "subsample"]
+    for _ in range(DRAWS):  # one draw at a time: KernelBench's inputs can take gigabytes each
+        inputs, expected = _draw(task, device)
+        for name in list(alive):
             got = _null(name, inputs, expected, other_mean)
             if got is None or not compare(expected, got, tol, check_device=False).ok:
-                ok = False
-                break
-        if ok:
-            passing.append(name)
-    return passing
+                alive.remove(name)
+            del got
+        del inputs, expected
+        if not alive:
+            break
+    return alive
+
+
+def _draw(task: Task, device: str):
+    model = task.build_model(secrets.randbits(62), device)
+    inputs = task.make_inputs(secrets.randbits(62), device)
+    return inputs, task.run(model, inputs)
 
 
 def _null(name: str, inputs: list, expected: torch.Tensor, other_mean: float) -> torch.Tensor | None:

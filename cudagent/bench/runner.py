@@ -174,6 +174,8 @@ def run_worker(argv: list[str], slot: str | None, timeout_s: float) -> dict:
         tail = proc.output[-1500:].strip()
         if proc.timed_out:
             why = f"the task ran past its {timeout_s:.0f} s limit and was stopped"
+        elif proc.returncode == -9:
+            why = "the task's worker was killed (SIGKILL: most often the kernel's out-of-memory killer)"
         else:
             why = f"the task's worker died (exit status {proc.returncode})"
         return {

@@ -171,3 +171,35 @@ def test_bench_on_a_local_ray_instance(kernelbench, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = json.loads(proc.stdout.splitlines()[-1])
     assert s["event"] == "summary" and s["tasks"] == 2 and s["correct"] == 1
+
+
+def test_bench_without_solutions_runs_the_agent(kernelbench, tmp_path):
+    from tests.agent.episodes import FINISH, SOLVE
+    from tests.agent.script_server import ScriptedServer, from_list
+
+    out = tmp_path / "out"
+    with ScriptedServer(from_list(SOLVE + [FINISH])) as server:
+        proc = cudagent(
+            [
+                "bench",
+                str(kernelbench),
+                "--select",
+                "1_axpby",
+                "--level",
+                "1",
+                "--device",
+                "cpu",
+                "--out",
+                str(out),
+                "--json",
+                "--max-turns",
+                "10",
+            ],
+            cli_env(tmp_path / "home", server.url),
+        )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(x) for x in proc.stdout.splitlines()]
+    task, summary = lines[0], lines[-1]
+    assert task["key"] == "1/1_axpby" and task["correct"] is True and task["run_id"].startswith("1_axpby-")
+    assert task["exit_reason"] == "finished" and task["turns"] == 6 and task["tier"] >= 1
+    assert summary["tasks"] == 1 and summary["correct"] == 1 and "optimize" in summary["mode"]
