@@ -8,6 +8,9 @@ the copy sent to the model has old observations elided when the context window f
 
 The loop ends on `finish`, a limit, an unusable policy or an interrupt, and then re-evaluates the best commit
 from pristine files in a fresh directory, with a clean build.
+
+What a better kernel is lives in best.py, context elision in context.py, the trajectory's records in trajectory.py;
+what stays here is the one state machine of a run (turns, limits, commits, the end), kept together on purpose.
 """
 
 from __future__ import annotations
@@ -18,19 +21,18 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 
+from cudagent.agent.best import is_better
+from cudagent.agent.context import elide, estimate_tokens
 from cudagent.agent.gitrun import RunRepo
 from cudagent.agent.policy import ContextOverflow, Policy, PolicyError, PolicyReply, ToolCall, Usage
 from cudagent.agent.prompting import Prompts
 from cudagent.agent.tools import TOOL_SPECS, Observation, Toolbox, openai_tools
-from cudagent.agent.trajectory import Trajectory
+from cudagent.agent.trajectory import Trajectory, reply_record
 from cudagent.workspace import Workspace
 
 MAX_CALLS_PER_TURN = 8
-CHARS_PER_TOKEN = 3.5  # a conservative estimate for code and English; elision only needs the order of magnitude
 DEFAULT_CONTEXT_TOKENS = 32768
 REPLY_RESERVE_TOKENS = 4096
-KEEP_RECENT_MESSAGES = 8
-SPEEDUP_STEP = 1.01  # within a tier, a new best must be at least 1% faster than the old one
 
 
 @dataclass
@@ -212,7 +214,7 @@ class Agent:
                 "turn": turn,
                 "started": started,
                 "seconds": round(time.time() - started, 3),
-                "reply": _reply_record(reply),
+                "reply": reply_record(reply),
                 "actions": actions,
                 "messages": added,
                 "commit": commit,
@@ -266,7 +268,7 @@ class Agent:
             "speedup_vs_compile": v.get("speedup_vs_compile"),
             "time_ms": v.get("time_ms"),
         }
-        if not _better(candidate, self.state.best):
+        if not is_better(candidate, self.state.best):
             return
         trailers = {
             "Cudagent-Run": self.info.run_id,
@@ -497,73 +499,8 @@ class Agent:
 # ----- helpers ----------------------------------------------------------------------------------------------
 
 
-def _better(new: dict, old: dict | None) -> bool:
-    if old is None:
-        return True
-    if new["tier"] != old["tier"]:
-        return new["tier"] > old["tier"]
-    a, b = _score(new), _score(old)
-    if a is None:
-        return False
-    return b is None or a >= b * SPEEDUP_STEP
-
-
-def _score(best: dict) -> float | None:
-    """The speedup a best is judged by: against both baselines, the smaller one."""
-    xs = [x for x in (best.get("speedup_vs_eager"), best.get("speedup_vs_compile")) if x]
-    return min(xs) if xs else None
-
-
 def _fmt(x) -> str | None:
     return None if x is None else f"{x:.3f}"
-
-
-def estimate_tokens(messages: list[dict]) -> int:
-    return int(
-        sum(len(m.get("content") or "") + len(json.dumps(m.get("tool_calls") or "")) for m in messages)
-        / CHARS_PER_TOKEN
-    ) + 4 * len(messages)
-
-
-def elide(messages: list[dict], budget_tokens: int) -> list[dict]:
-    """Replace the oldest observations (then the oldest long assistant texts) by a one-line stub until the
-    history fits. The opening two messages and the last two are never touched, the last KEEP_RECENT_MESSAGES only
-    when nothing older is left. Deterministic: the same history and budget always give the same context."""
-    if estimate_tokens(messages) <= budget_tokens:
-        return messages
-    out = [dict(m) for m in messages]
-    total = estimate_tokens(out)
-    passes = [(keep, roles) for keep in (KEEP_RECENT_MESSAGES, 2) for roles in (("tool", "user"), ("assistant",))]
-    for keep, roles in passes:
-        protected = set(range(min(2, len(out)))) | set(range(max(0, len(out) - keep), len(out)))
-        for i, m in enumerate(out):
-            if total <= budget_tokens:
-                return out
-            if i in protected or m.get("role") not in roles:
-                continue
-            content = m.get("content") or ""
-            if len(content) < 400:
-                continue
-            stub = f"[elided to fit the context window: {len(content)} characters; the full text is in the trajectory]"
-            total -= int((len(content) - len(stub)) / CHARS_PER_TOKEN)
-            out[i] = {**m, "content": stub}
-    return out
-
-
-def _reply_record(reply: PolicyReply) -> dict:
-    record = {
-        "content": reply.content,
-        "tool_calls": [c.to_dict() for c in reply.tool_calls],
-        "usage": asdict(reply.usage),
-        "seconds": round(reply.seconds, 3),
-        "finish_reason": reply.finish_reason,
-        "format_error": reply.format_error,
-        "attempts": reply.attempts,
-    }
-    if reply.token_ids is not None:
-        record["token_ids"] = reply.token_ids
-        record["logprobs"] = reply.logprobs
-    return record
 
 
 def _turn_summary(reply: PolicyReply, actions: list[dict]) -> str:

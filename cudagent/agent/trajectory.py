@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from cudagent.agent.policy import PolicyReply
 from cudagent.errors import CudagentError
 
 TRAJECTORY = "trajectory.jsonl"
@@ -179,3 +180,20 @@ def _append(path: Path, record: dict) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def reply_record(reply: PolicyReply) -> dict:
+    """What the trajectory keeps of a reply: text, calls, usage, timing and, from token-level policies, the ids."""
+    record = {
+        "content": reply.content,
+        "tool_calls": [c.to_dict() for c in reply.tool_calls],
+        "usage": asdict(reply.usage),
+        "seconds": round(reply.seconds, 3),
+        "finish_reason": reply.finish_reason,
+        "format_error": reply.format_error,
+        "attempts": reply.attempts,
+    }
+    if reply.token_ids is not None:
+        record["token_ids"] = reply.token_ids
+        record["logprobs"] = reply.logprobs
+    return record

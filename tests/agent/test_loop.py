@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cudagent.agent.loop import KEEP_RECENT_MESSAGES, elide, estimate_tokens
+from cudagent.agent.context import KEEP_RECENT_MESSAGES, elide, estimate_tokens
 from cudagent.agent.policy import PolicyReply, ToolCall, Usage
 from cudagent.agent.runner import PolicySettings, RunOptions, start_run
 from cudagent.agent.tools import Toolbox
