@@ -19,18 +19,23 @@ INIT = '''"""ModelNew exported by cudagent ({origin}).
 Importing this package builds its kernels once (CUDA sources when a GPU is visible, the C++ ones otherwise) and
 caches the build in _build/ next to this file.
 """
+'''
 
+# Registers the built extension under the name model_new.py imports, before model_new.py runs.
+LOAD_EXTENSION = """
 import sys
 
-if {uses_extension!r} and "cuda_extension" not in sys.modules:
+if "cuda_extension" not in sys.modules:
     from ._extension import load as _load
 
     sys.modules["cuda_extension"] = _load()
+"""
 
+EXPOSE = """
 from .model_new import ModelNew  # noqa: E402
 
 __all__ = ["ModelNew"]
-'''
+"""
 
 EXTENSION = '''"""Build the kernels of this package with torch.utils.cpp_extension (ninja, incremental, cached)."""
 
@@ -92,7 +97,9 @@ def export_package(files: dict[str, bytes], dest: Path, force: bool = False, ori
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
     (dest / "kernels").mkdir(exist_ok=True)
-    uses_extension = b"cuda_extension" in files["model_new.py"]
-    (dest / "__init__.py").write_text(INIT.format(origin=origin or "cudagent", uses_extension=uses_extension))
+    init = INIT.format(origin=origin or "cudagent")
+    if b"cuda_extension" in files["model_new.py"]:
+        init += LOAD_EXTENSION
+    (dest / "__init__.py").write_text(init + EXPOSE)
     (dest / "_extension.py").write_text(EXTENSION)
     return dest.resolve()

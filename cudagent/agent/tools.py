@@ -117,11 +117,10 @@ class ToolRefused(Exception):
 
 
 class Toolbox:
-    def __init__(self, ws: Workspace, task_source: str, evaluator_factory, sandbox=None):
+    def __init__(self, ws: Workspace, task_source: str, evaluator_factory):
         self.ws, self.task_source = ws, task_source
         self._evaluator_factory = evaluator_factory
         self._evaluator = None
-        self.sandbox = sandbox  # wraps the shell command (cudagent.sandbox); None runs it as is
 
     def close(self) -> None:
         if self._evaluator is not None:
@@ -173,10 +172,7 @@ class Toolbox:
         if not isinstance(command, str) or not command.strip():
             return Observation("give a command to run", ok=False)
         limit = DEFAULT_BASH_TIMEOUT_S if timeout is None else max(1, min(int(timeout), MAX_BASH_TIMEOUT_S))
-        argv = ["bash", "-c", command]
-        if self.sandbox is not None:
-            argv = self.sandbox.wrap(argv, self.ws)
-        result = run_bounded(argv, timeout_s=limit, env=shell_env(), cwd=str(self.ws.root))
+        result = run_bounded(["bash", "-c", command], timeout_s=limit, env=shell_env(), cwd=str(self.ws.root))
         text = result.output
         if result.timed_out:
             text += f"\n[the command ran past {limit} s and was killed with its process group]"
