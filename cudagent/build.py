@@ -22,7 +22,7 @@ from pathlib import Path
 
 from cudagent.errors import EnvironmentProblem
 from cudagent.hardware import DeviceInfo
-from cudagent.procs import run_bounded
+from cudagent.procs import Limits, physical_memory_bytes, run_bounded
 from cudagent.workspace import EXTENSION_NAME, Workspace
 
 DEFAULT_BUILD_TIMEOUT_S = 600.0
@@ -114,7 +114,12 @@ def build_workspace(ws: Workspace, device: DeviceInfo, timeout_s: float = DEFAUL
     ninja = _ninja_binary()
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
     jobs = str(max(1, min(len(sources), os.cpu_count() or 1)))
-    proc = run_bounded([ninja, "-C", str(ws.build_dir), "-j", jobs], env=env, timeout_s=timeout_s)
+    proc = run_bounded(
+        [ninja, "-C", str(ws.build_dir), "-j", jobs],
+        env=env,
+        timeout_s=timeout_s,
+        limits=Limits(memory_bytes=physical_memory_bytes() // 2),
+    )
     seconds = time.monotonic() - start
     output = proc.output
     recompiled = re.findall(r"^\[\d+/\d+\] (?:CXX|NVCC) (\S+)", output, flags=re.M)
@@ -131,6 +136,9 @@ def build_workspace(ws: Workspace, device: DeviceInfo, timeout_s: float = DEFAUL
             timed_out=True,
             restored=restored,
         )
+    if proc.killed_for:
+        why = f"the compiler {proc.limit_message}"
+        return BuildResult(False, seconds, None, recompiled, why, output, restored=restored)
     if proc.returncode != 0 or not library.is_file():
         return BuildResult(
             False, seconds, None, recompiled, summarize_compiler_output(output, ws), output, restored=restored

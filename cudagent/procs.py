@@ -1,7 +1,9 @@
 """Running other programs: each in its own process group, killed whole on timeout, with bounded output.
 
 A program that prints hundreds of megabytes or never ends must cost us neither memory nor the run: output is
-kept as a head and a tail, and a timeout kills the program's whole process group.
+kept as a head and a tail, and a timeout kills the program's whole process group. Optional Limits bound the
+memory and the number of processes of the program's whole tree (a watchdog that kills the group) and the size of
+any file it writes (RLIMIT_FSIZE, set before the program starts).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -76,12 +79,135 @@ def kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one program and everything it starts may use; None: no limit."""
+
+    memory_bytes: int | None = None  # resident memory of the whole process tree
+    max_processes: int | None = None  # processes alive at once in the tree
+    max_file_bytes: int | None = None  # the largest file it may write
+
+    def argv_prefix(self) -> list[str]:
+        """A command prefix setting the rlimits in the program itself (no preexec_fn: our parent has threads)."""
+        if self.max_file_bytes is None:
+            return []
+        return [sys.executable, "-S", "-c", _SET_RLIMITS, str(self.max_file_bytes), "--"]
+
+
+# Set RLIMIT_FSIZE (ignore SIGXFSZ, so that the write fails with EFBIG and says so) and no core dumps, then exec.
+_SET_RLIMITS = (
+    "import os, resource, signal, sys\n"
+    "size = int(sys.argv[1])\n"
+    "resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))\n"
+    "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
+    "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n"
+)
+
+
+class Watchdog:
+    """Polls a process tree (the root, its descendants and its session) and kills the group at a limit."""
+
+    def __init__(self, proc: subprocess.Popen, limits: Limits, period_s: float = 0.1):
+        self.proc, self.limits, self.period_s = proc, limits, period_s
+        self.tripped: str | None = None  # "memory" or "processes"
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        if limits.memory_bytes is not None or limits.max_processes is not None:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.period_s):
+            pids = process_tree(self.proc.pid)
+            if not pids:
+                return
+            rss = sum(resident_bytes(p) for p in pids)
+            self.peak_bytes = max(self.peak_bytes, rss)
+            if self.limits.memory_bytes is not None and rss > self.limits.memory_bytes:
+                self.tripped = "memory"
+            elif self.limits.max_processes is not None and len(pids) > self.limits.max_processes:
+                self.tripped = "processes"
+            if self.tripped:
+                kill_group(self.proc)
+                for pid in pids:  # descendants that left the group (setsid) go too
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+                return
+
+    def message(self) -> str:
+        if self.tripped == "memory":
+            return f"used more than {gib(self.limits.memory_bytes)} of memory and was killed"
+        if self.tripped == "processes":
+            return f"started more than {self.limits.max_processes} processes and was killed"
+        return ""
+
+
+def gib(n: int | None) -> str:
+    return "?" if n is None else f"{n / 2**30:.1f} GiB"
+
+
+def process_tree(root: int) -> list[int]:
+    """The live processes descending from `root` or sharing its session, `root` first."""
+    parents: dict[int, int] = {}
+    sessions: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] == b"Z":
+            continue
+        pid = int(entry.name)
+        parents[pid], sessions[pid] = int(fields[1]), int(fields[3])
+    if root not in parents:
+        return []
+    tree = [root]
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    i = 0
+    while i < len(tree):
+        tree.extend(children.get(tree[i], ()))
+        i += 1
+    seen = set(tree)
+    tree.extend(p for p, sid in sessions.items() if sid == root and p not in seen)
+    return tree
+
+
+def resident_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def physical_memory_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 @dataclass
 class ProcResult:
     returncode: int | None
     output: str
     timed_out: bool
     seconds: float
+    killed_for: str | None = None  # "memory" or "processes": a Limits watchdog ended it
+    limit_message: str = ""
 
 
 def run_bounded(
@@ -91,11 +217,14 @@ def run_bounded(
     env: dict[str, str] | None = None,
     cwd: str | None = None,
     stdin_data: bytes | None = None,
+    limits: Limits | None = None,
 ) -> ProcResult:
-    """Run `cmd` with stdout and stderr merged and bounded; kill its process group at `timeout_s`."""
+    """Run `cmd` with stdout and stderr merged and bounded; kill its process group at `timeout_s`, or when it
+    passes one of `limits`."""
+    limits = limits or Limits()
     start = time.monotonic()
     proc = subprocess.Popen(
-        cmd,
+        limits.argv_prefix() + list(cmd),
         stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -105,6 +234,7 @@ def run_bounded(
     )
     sink = BoundedOutput()
     reader = drain(proc.stdout, sink)
+    watchdog = Watchdog(proc, limits)
     if stdin_data is not None:
         try:
             proc.stdin.write(stdin_data)
@@ -119,6 +249,7 @@ def run_bounded(
         kill_group(proc)
         proc.wait()
     except BaseException:  # Ctrl-C or a kill of ours: take the program's whole group with us
+        watchdog.stop()
         kill_group(proc)
         raise
     else:
@@ -127,6 +258,14 @@ def run_bounded(
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+    watchdog.stop()
     reader.join(timeout=5)
     proc.stdout.close()
-    return ProcResult(None if timed_out else proc.returncode, sink.text(), timed_out, time.monotonic() - start)
+    return ProcResult(
+        None if timed_out else proc.returncode,
+        sink.text(),
+        timed_out,
+        time.monotonic() - start,
+        killed_for=watchdog.tripped,
+        limit_message=watchdog.message(),
+    )

@@ -9,21 +9,32 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import os
+import signal
 import sys
+import threading
 import traceback
 import types
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudagent.errors import TaskError
+from cudagent.errors import ExitCode, TaskError
 
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 MAX_TASK_BYTES = 1_000_000
+DEFAULT_TASK_TIMEOUT_S = 300.0
 # Two runs of the reference with the same seed must agree this closely; looser than bitwise so that GPU
 # reductions with atomics (which reorder additions) are not mistaken for stochastic models.
 DETERMINISM_RTOL = 1e-5
 DETERMINISM_ATOL = 1e-6
+
+
+class TaskNeedsGPU(TaskError):
+    """The task is fine but creates CUDA tensors, and there is no GPU here."""
+
+    exit_code = ExitCode.ENVIRONMENT
 
 
 @dataclass
@@ -134,13 +145,63 @@ def load_task(path: Path) -> Task:
     return Task(name=path.stem, source=source, path=path.resolve())
 
 
-def validate_task(task: Task, device: str) -> Any:
+def validate_task(task: Task, device: str, timeout_s: float | None = None) -> Any:
     """Check the task can serve as a reference on `device`; return one reference output for information.
 
     It must define the three names, give tensor inputs, run, and be deterministic: two runs with the same seeds
     for weights and inputs must agree even when the global RNG differs before forward (which exposes dropout in
-    training mode and random ops inside forward).
+    training mode and random ops inside forward). It must do all that within `timeout_s` (default
+    $CUDAGENT_TASK_TIMEOUT_S or 300 s): a task that waits or loops forever is an error, not a hang. A task that
+    needs CUDA on a machine without it is TaskNeedsGPU (an environment problem, not a bad file).
     """
+    limit = timeout_s or float(os.environ.get("CUDAGENT_TASK_TIMEOUT_S") or DEFAULT_TASK_TIMEOUT_S)
+    try:
+        with _deadline(limit):
+            return _validate(task, device)
+    except _TaskTimeout:
+        raise TaskError(
+            f"{task.filename} did not load and run within {limit:.0f} s; a task must not wait for input or loop forever"
+        ) from None
+    except TaskError as exc:
+        if device == "cpu" and _needs_cuda(exc.__cause__):
+            raise TaskNeedsGPU(
+                f"{task.filename} needs a CUDA GPU ({_describe(exc.__cause__, task)}) and this machine has none; "
+                "run it where torch sees a GPU"
+            ) from exc
+        raise
+
+
+class _TaskTimeout(BaseException):
+    """Raised by the deadline's alarm; a BaseException so that the task's own `except Exception` cannot eat it."""
+
+
+@contextmanager
+def _deadline(seconds: float):
+    """An alarm that interrupts Python code running past `seconds` (main thread only; elsewhere no limit)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def fire(signum, frame):
+        raise _TaskTimeout()
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+_NO_CUDA_MARKERS = ("not compiled with cuda", "no cuda gpus are available", "found no nvidia driver", "cuda driver")
+
+
+def _needs_cuda(exc: BaseException | None) -> bool:
+    return exc is not None and any(m in str(exc).lower() for m in _NO_CUDA_MARKERS)
+
+
+def _validate(task: Task, device: str) -> Any:
     import torch
 
     module = task.module

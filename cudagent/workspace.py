@@ -89,7 +89,8 @@ class Workspace:
         return ws
 
     def ensure_infrastructure(self, task_source: str | None = None) -> list[str]:
-        """Restore every fixed file (and model.py, given the task) that is missing or differs; return their names."""
+        """Restore every fixed file (and model.py, given the task) that is missing or differs; return their names.
+        A workspace being created calls this too; its files are all "restored" then."""
         wanted = dict(infrastructure())
         if task_source is not None:
             wanted[MODEL] = task_source
@@ -99,8 +100,8 @@ class Workspace:
             if path.is_file() and not path.is_symlink() and _read(path) == text:
                 continue
             if path.exists() or path.is_symlink():
-                restored.append(name)
                 _remove(path)
+            restored.append(name)
             path.write_text(text)
             if name == MODEL:
                 path.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)

@@ -28,7 +28,7 @@ def test_tampered_fixed_files_are_restored(tmp_path):
     ws.model_py.chmod(0o644)
     ws.model_py.write_text("import os\n")
     assert sorted(ws.tampered_infrastructure(TASK)) == ["binding.cpp", "binding_registry.h", "model.py"]
-    assert sorted(ws.ensure_infrastructure(TASK)) == ["binding.cpp", "model.py"]  # a missing file is just written
+    assert sorted(ws.ensure_infrastructure(TASK)) == ["binding.cpp", "binding_registry.h", "model.py"]
     assert ws.tampered_infrastructure(TASK) == []
     assert "REGISTER_BINDING" in (ws.root / "binding_registry.h").read_text()
 

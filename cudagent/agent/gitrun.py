@@ -3,14 +3,17 @@
 When the task file lies inside a git repository with at least one commit, the run works in a worktree of that
 repository on its own branch `cudagent/<run-id>`, with the workspace at `cudagent/<task>/`: the user's checked-out
 branch, index and uncommitted files are never touched. Otherwise the run gets a repository of its own in the run
-directory, with the workspace at its top. Commits are made with cudagent's identity, without hooks or signing,
-and carry machine-readable trailers (Cudagent-Turn, Cudagent-Tier, ...). A lightweight tag
-`cudagent/<run-id>/best` points at the best verified commit.
+directory, with the workspace at its top and the git directory beside it (not inside the workspace). Either way the
+checkout holds only a `.git` link file; a model-written command that deletes or rewrites it is undone at the next
+git operation, and the history it pointed to is out of the workspace's reach. Commits are made with cudagent's
+identity, without hooks or signing, and carry machine-readable trailers (Cudagent-Turn, Cudagent-Tier, ...). A
+lightweight tag `cudagent/<run-id>/best` points at the best verified commit.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -28,6 +31,7 @@ class RunRepo:
     branch: str
     user_repo: str | None = None  # the user's repository, in worktree mode
     base_commit: str | None = None  # the commit the branch started from (after the setup commit)
+    git_link: str | None = None  # the contents of the checkout's .git file, restored when damaged
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -51,17 +55,42 @@ class RunRepo:
                 str(worktree / "cudagent" / task_stem),
                 branch,
                 user_repo=str(Path(user.working_tree_dir).resolve()),
+                git_link=(worktree / ".git").read_text(),
             )
         own = run_dir / "repo"
-        repo = git.Repo.init(own, initial_branch=branch)
+        own.mkdir(parents=True, exist_ok=True)
+        git.Git(str(own)).init("--quiet", f"--initial-branch={branch}", f"--separate-git-dir={run_dir / 'git'}")
+        repo = git.Repo(own)
         with repo.config_writer() as cw:  # a repo of our own: settle what the user's global config might change
             cw.set_value("commit", "gpgsign", "false")
             cw.set_value("core", "autocrlf", "false")
-        return cls("own", str(own), str(own), branch)
+        return cls("own", str(own), str(own), branch, git_link=(own / ".git").read_text())
 
     @property
     def repo(self) -> git.Repo:
+        self.repair_link()
         return git.Repo(self.repo_dir)
+
+    @property
+    def link_path(self) -> Path:
+        return Path(self.repo_dir) / ".git"
+
+    def repair_link(self) -> bool:
+        """Restore the checkout's .git link file if something removed or changed it; True when it did."""
+        if self.git_link is None:
+            return False
+        link = self.link_path
+        try:
+            if link.is_file() and not link.is_symlink() and link.read_text() == self.git_link:
+                return False
+        except OSError:
+            pass
+        if link.is_dir() and not link.is_symlink():
+            shutil.rmtree(link)
+        elif link.exists() or link.is_symlink():
+            link.unlink()
+        link.write_text(self.git_link)
+        return True
 
     # ----- commits ----------------------------------------------------------------------------------------------
 
@@ -110,9 +139,30 @@ class RunRepo:
 
     def reset_to(self, sha: str) -> None:
         """Make the branch and the workspace exactly `sha` (untracked files go too, ignored build files stay)."""
+        self.clear_stale_locks()
         repo = self.repo
         repo.git.reset("--hard", "--quiet", sha)
         repo.git.clean("-fdq", "--", self._ws_rel())
+
+    def clear_stale_locks(self) -> list[str]:
+        """Remove the lock files a killed commit of ours left behind (only those of this run's checkout, branch and
+        tag; the caller holds the run's lock, so no git process of this run is alive)."""
+        self.repair_link()
+        repo = git.Repo(self.repo_dir)
+        own = Path(repo.git_dir)
+        common = Path(repo.common_dir)
+        candidates = [
+            own / "index.lock",
+            own / "HEAD.lock",
+            common / "refs" / "heads" / f"{self.branch}.lock",
+            common / "refs" / "tags" / f"{self.branch}" / "best.lock",
+        ]
+        removed = []
+        for lock in candidates:
+            if lock.is_file():
+                lock.unlink()
+                removed.append(str(lock))
+        return removed
 
     def set_best(self, sha: str) -> str:
         tag = f"{self.branch}/best"

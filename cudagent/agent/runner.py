@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,6 +19,8 @@ from cudagent.agent.gitrun import RunRepo
 from cudagent.agent.loop import Agent, Limits, LoopState, RunInfo
 from cudagent.agent.policy import PolicyError
 from cudagent.agent.prompting import Prompts, load_skills
+from cudagent.agent.sandbox import Sandbox
+from cudagent.agent.sandbox import choose as choose_sandbox
 from cudagent.agent.tools import Toolbox
 from cudagent.agent.trajectory import Trajectory, find_run, new_run_id, runs_root
 from cudagent.errors import CudagentError, EnvironmentProblem
@@ -31,7 +34,7 @@ class PolicySettings:
     mode: str | None = None  # auto, required or text; None probes the server
     temperature: float | None = None
     max_tokens: int | None = None
-    timeout_s: float = 600.0
+    timeout_s: float | None = None  # one request; None: 600 s
 
     def build(self):
         from cudagent.agent.openai_policy import OpenAIChatPolicy
@@ -46,7 +49,7 @@ class PolicySettings:
             mode=self.mode,
             temperature=self.temperature,
             max_tokens=self.max_tokens,
-            timeout_s=self.timeout_s,
+            timeout_s=self.timeout_s or 600.0,
             prices_per_mtok=prices,
         )
 
@@ -56,6 +59,7 @@ class RunOptions:
     device: str = "auto"
     limits: Limits = field(default_factory=Limits)
     final_evaluation: bool = True
+    sandbox: str | None = None  # auto, bwrap, limits or none; None: auto for a new run, the recorded one on resume
 
 
 def start_run(task_path: Path, policy_settings: PolicySettings, options: RunOptions, reporter, policy=None) -> dict:
@@ -67,8 +71,14 @@ def start_run(task_path: Path, policy_settings: PolicySettings, options: RunOpti
 
     task = load_task(task_path)
     device = resolve_device(options.device)
-    policy = _prepared(policy if policy is not None else policy_settings.build())
+    requested_sandbox = options.sandbox or "auto"
+    sandbox = choose_sandbox(requested_sandbox)
     evaluator = Evaluator(task, device)  # validates the task: a broken reference fails here, before any run exists
+    try:
+        policy = _prepared(policy if policy is not None else policy_settings.build())
+    except BaseException:
+        evaluator.close()
+        raise
     run_id = new_run_id(Path(task_path).stem)
     run_dir = runs_root() / run_id
     run_dir.mkdir(parents=True)
@@ -101,13 +111,14 @@ def start_run(task_path: Path, policy_settings: PolicySettings, options: RunOpti
         "policy": policy.describe(),
         "policy_settings": {k: v for k, v in asdict(policy_settings).items() if k != "api_key"},
         "limits": options.limits.to_dict(),
+        "sandbox": {**sandbox.to_dict(), "requested": requested_sandbox},
         "repo": repo.to_dict(),
         "messages": messages,
         "state": asdict(LoopState(head=base)),
     }
     traj = Trajectory.create(run_dir, header)
     try:
-        return _drive(info, traj, policy, evaluator, repo, options, reporter, prompts)
+        return _drive(info, traj, policy, evaluator, repo, options, reporter, prompts, sandbox)
     finally:
         lock.close()
 
@@ -129,7 +140,7 @@ def resume_run(
             raise CudagentError(f"the run's checkout {repo.repo_dir} is gone; the run cannot resume")
         settings = PolicySettings(**h.get("policy_settings", {}))
         for key, value in asdict(policy_settings or PolicySettings()).items():
-            if value is not None and key != "timeout_s":
+            if value is not None:
                 setattr(settings, key, value)
         settings.model = settings.model or h["policy"].get("model")
         if settings.mode is None:
@@ -141,23 +152,39 @@ def resume_run(
         task = Task(h["task"]["name"], h["task"]["source"], Path(h["task"]["path"]))
         device = resolve_device(h["device"]["kind"])
         evaluator = Evaluator(task, device)
+        sandbox = choose_sandbox(options.sandbox or h.get("sandbox", {}).get("requested", "auto"))
         info = RunInfo(h["run_id"], task.name, task.source, h["env"], [])
         options.limits = limits
-        return _drive(info, traj, policy, evaluator, repo, options, reporter, Prompts())
+        return _drive(info, traj, policy, evaluator, repo, options, reporter, Prompts(), sandbox)
     finally:
         lock.close()
 
 
-def _drive(info, traj, policy, evaluator, repo, options, reporter, prompts) -> dict:
+def _drive(info, traj, policy, evaluator, repo, options, reporter, prompts, sandbox) -> dict:
     from cudagent.workspace import Workspace
 
-    toolbox = Toolbox(Workspace(Path(repo.workspace)), info.task_source, lambda: evaluator)
+    announce_sandbox(sandbox, reporter)
+    toolbox = Toolbox(
+        Workspace(Path(repo.workspace)), info.task_source, lambda: evaluator, sandbox, read_only=(repo.link_path,)
+    )
     agent = Agent(info, traj, policy, toolbox, repo, options.limits, reporter, prompts, options.final_evaluation)
     try:
         return agent.run()
     finally:
         toolbox.close()
         evaluator.close()
+
+
+def announce_sandbox(sandbox: Sandbox, reporter) -> None:
+    warning = None
+    if sandbox.mode == "none":
+        warning = "--sandbox none: model-written shell commands run unconfined, with your permissions"
+    elif sandbox.note:
+        warning = sandbox.note
+    if warning:
+        sys.stderr.write(f"cudagent: warning: {warning}\n")
+        sys.stderr.flush()
+    reporter.event({"event": "sandbox", "mode": sandbox.mode, "description": sandbox.describe(), "warning": warning})
 
 
 def _prepared(policy):

@@ -2,8 +2,9 @@
 trajectory keeps, and structured data (the evaluator's verdict) the loop uses.
 
 Every path is relative to the workspace and must stay inside it; the reference, the fixed infrastructure and the
-build directory are read-only to the agent. The shell runs in the workspace, in a fresh process group that is
-killed on timeout, with credentials removed from its environment; fixed files it changes are restored at once.
+build directory are read-only to the agent. The shell runs in the workspace under the run's sandbox (sandbox.py),
+in a fresh process group that is killed on timeout or at a resource limit, with credentials removed from its
+environment; fixed files it changes anyway (outside bubblewrap) are restored at once.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cudagent.agent.sandbox import Sandbox
 from cudagent.procs import run_bounded
 from cudagent.workspace import BUILD, INFRA_FILES, MODEL, Workspace
 
@@ -117,10 +119,20 @@ class ToolRefused(Exception):
 
 
 class Toolbox:
-    def __init__(self, ws: Workspace, task_source: str, evaluator_factory):
+    def __init__(
+        self,
+        ws: Workspace,
+        task_source: str,
+        evaluator_factory,
+        sandbox: Sandbox | None = None,
+        read_only: tuple[Path, ...] = (),
+    ):
         self.ws, self.task_source = ws, task_source
         self._evaluator_factory = evaluator_factory
         self._evaluator = None
+        self.sandbox = sandbox or Sandbox("none")
+        # what the shell may not change: the fixed files, build/, and the checkout's git link (`read_only`)
+        self.read_only = [ws.root / name for name in (*PROTECTED, BUILD, ".git")] + list(read_only)
 
     def close(self) -> None:
         if self._evaluator is not None:
@@ -172,16 +184,19 @@ class Toolbox:
         if not isinstance(command, str) or not command.strip():
             return Observation("give a command to run", ok=False)
         limit = DEFAULT_BASH_TIMEOUT_S if timeout is None else max(1, min(int(timeout), MAX_BASH_TIMEOUT_S))
-        result = run_bounded(["bash", "-c", command], timeout_s=limit, env=shell_env(), cwd=str(self.ws.root))
+        argv = self.sandbox.command(["bash", "-c", command], self.ws.root, self.read_only)
+        result = run_bounded(argv, timeout_s=limit, env=shell_env(), cwd=str(self.ws.root), limits=self.sandbox.limits)
         text = result.output
         if result.timed_out:
             text += f"\n[the command ran past {limit} s and was killed with its process group]"
+        elif result.killed_for:
+            text += f"\n[the command {result.limit_message}]"
         else:
             text += f"\n[exit code {result.returncode}]"
         restored = self.ws.ensure_infrastructure(self.task_source)
         if restored:
-            text += f"\n[{', '.join(restored)} changed; restored: these files are read-only to you]"
-        return clip(text, ok=not result.timed_out and result.returncode == 0)
+            text += f"\n[{', '.join(restored)} changed or deleted; restored: these files are read-only to you]"
+        return clip(text, ok=not result.timed_out and not result.killed_for and result.returncode == 0)
 
     def _tool_read_file(self, path: str, start_line: int | None = None, end_line: int | None = None) -> Observation:
         target = self._path(path, write=False)

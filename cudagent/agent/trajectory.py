@@ -70,13 +70,17 @@ def list_runs() -> list[Path]:
     root = runs_root()
     if not root.is_dir():
         return []
-    runs = [p for p in root.iterdir() if (p / TRAJECTORY).is_file()]
+    runs = [p for p in root.iterdir() if (p / TRAJECTORY).is_file() and read_header(p)]
     return sorted(runs, key=lambda p: (read_header(p).get("created", 0), p.name))
 
 
 def read_header(run_dir: Path) -> dict:
-    with open(run_dir / TRAJECTORY) as f:
-        return json.loads(f.readline())
+    """The run's header; {} when a kill cut it short (such a run never started and cannot resume)."""
+    try:
+        with open(run_dir / TRAJECTORY) as f:
+            return json.loads(f.readline())
+    except (OSError, json.JSONDecodeError):
+        return {}
 
 
 @dataclass

@@ -65,7 +65,7 @@ class LivePanel:
                 turn=e["turn"], tokens=e["tokens"], elapsed_s=e["elapsed_s"], best=e["best"], last=e["summary"]
             )
             self.console.print(_line(e), highlight=False)
-        elif kind in ("improvement", "notice", "final_evaluation", "end"):
+        elif kind in ("improvement", "notice", "final_evaluation", "end", "sandbox"):
             line = _line(e)
             if line:
                 self.console.print(line, highlight=False)
@@ -121,6 +121,8 @@ def _line(e: dict) -> str | None:
         return f"  new best at turn {e['turn']}: {_best_text(e)} [{e['commit'][:8]}]"
     if kind == "notice":
         return f"  limit near: {e['reason']}"
+    if kind == "sandbox":
+        return f"shell sandbox: {e['description']}"
     if kind == "final_evaluation":
         return f"re-evaluating the best commit {e['commit'][:8]} from pristine files"
     if kind == "end":

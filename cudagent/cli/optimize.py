@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from enum import Enum
 from pathlib import Path
 
 import typer
@@ -20,10 +21,20 @@ ENV_HELP = (
 )
 OPTIMIZE_EXIT = (
     "Exit codes: 0 the run ended normally (finish or a limit), whatever it found; 2 bad task file or options; "
-    "3 environment problem (no GPU for --device cuda, model server unreachable or unusable); 130 interrupted "
+    "3 environment problem (no GPU for --device cuda, model server unreachable or unusable, --sandbox bwrap where "
+    "bubblewrap cannot run); 130 interrupted "
     "(resume with --resume)."
 )
 MODEL_PANEL = "Model server"
+
+
+class SandboxChoice(str, Enum):
+    auto = "auto"
+    bwrap = "bwrap"
+    limits = "limits"
+    none = "none"
+
+
 LIMIT_PANEL = "Limits"
 
 
@@ -53,6 +64,11 @@ def optimize(
     ),
     reply_tokens: int = typer.Option(
         None, help="Most tokens of one reply; default: the server's.", rich_help_panel=MODEL_PANEL
+    ),
+    request_timeout: float = typer.Option(
+        None,
+        help="Seconds to wait for one reply of the server before retrying it [default: 600].",
+        rich_help_panel=MODEL_PANEL,
     ),
     max_turns: int = typer.Option(
         None, help="Most turns (model replies) of the run (default 200).", rich_help_panel=LIMIT_PANEL
@@ -85,6 +101,12 @@ def optimize(
     final_check: bool = typer.Option(
         True, "--final-check/--no-final-check", help="Re-evaluate the best kernel from pristine files at the end."
     ),
+    sandbox: SandboxChoice = typer.Option(
+        None,
+        help="Confinement of the agent's shell: bwrap (bubblewrap), limits (resource limits only), none (unconfined, "
+        "with a warning); default auto: bwrap where it runs, else limits. A resumed run keeps its own.",
+        show_default=False,
+    ),
 ) -> None:
     """Run the agent on a task: it writes kernels, compiles, verifies and profiles them, and commits every turn to
     the branch cudagent/<run-id>; the best verified kernel is tagged cudagent/<run-id>/best."""
@@ -105,6 +127,8 @@ def optimize(
         "max_format_errors": max_format_errors,
         "context_tokens": context_tokens,
     }
+    if request_timeout is not None and request_timeout <= 0:
+        raise typer.BadParameter("must be positive", param_hint="--request-timeout")
     if reply_tokens is not None and reply_tokens <= 0:
         raise typer.BadParameter("must be positive", param_hint="--reply-tokens")
     for name, value in overrides.items():
@@ -117,8 +141,11 @@ def optimize(
         mode=action_format,
         temperature=temperature,
         max_tokens=reply_tokens,
+        timeout_s=request_timeout,
     )
-    options = RunOptions(device=device.value, final_evaluation=final_check)
+    options = RunOptions(
+        device=device.value, final_evaluation=final_check, sandbox=sandbox.value if sandbox is not None else None
+    )
     reporter = reporter_for(as_json)
     try:
         if resume is not None:
@@ -211,6 +238,17 @@ def _doctor_checks(device: str, server: tuple | None) -> list[dict]:
     add("ninja", ninja is not None, _first_line([ninja, "--version"]) if ninja else "not found: pip install ninja")
     cxx = shutil.which("c++") or shutil.which("g++")
     add("C++ compiler", cxx is not None, _first_line([cxx, "--version"]) if cxx else "not found: install g++")
+    from cudagent.agent.sandbox import bwrap_problem
+
+    problem = bwrap_problem()
+    add(
+        "shell sandbox",
+        problem is None,
+        "bubblewrap works: the agent's shell is confined"
+        if problem is None
+        else f"{problem}; the agent's shell will run with resource limits only (see the README's security section)",
+        needed=False,
+    )
     if server is not None:
         checks.extend(_server_checks(*server))
     return checks

@@ -17,6 +17,7 @@ CODES: dict[str, str] = {
     "FORWARD_RAISED": "ModelNew.forward raised",
     "CRASHED": "the candidate's process died (segfault, abort, exit)",
     "TIMEOUT": "a call did not finish within its time limit",
+    "OUT_OF_MEMORY": "the candidate's process used more host memory than its limit and was killed",
     "NO_RESULT": "the candidate's process ended without sending its result",
     "CUDA_ERROR": "a CUDA error occurred (illegal address, failed or unchecked launch)",
     # --- outputs ---

@@ -48,6 +48,8 @@ class EvalOptions:
     audit_static: bool = True
     # Add an Nsight Compute summary of the candidate's kernels (CUDA, correct candidates, timing on).
     ncu: bool = False
+    # Host memory the candidate's process tree may hold; None: half the machine's.
+    memory_limit_bytes: int | None = None
 
 
 class Evaluator:
@@ -85,7 +87,9 @@ class Evaluator:
         start = time.monotonic()
         ws.inline_build_dir.mkdir(parents=True, exist_ok=True)
         try:
-            with ChildProcess(extra_env=self._child_env(ws)) as child:
+            with ChildProcess(
+                extra_env=self._child_env(ws), memory_limit_bytes=self.options.memory_limit_bytes
+            ) as child:
                 reply = child.request(
                     {
                         "op": "load",
@@ -117,7 +121,7 @@ class Evaluator:
         t0 = time.monotonic()
         restored = ws.ensure_infrastructure(self.task.source)
         if restored:
-            v.notes.append(f"restored fixed files that had been changed: {', '.join(restored)}")
+            v.notes.append(f"restored fixed files that had been changed or deleted: {', '.join(restored)}")
         v.candidate_format = ws.candidate_format().value
         if not ws.model_new_py.is_file():
             v.reject("NO_MODELNEW", "the workspace has no model_new.py; write ModelNew there")
@@ -133,7 +137,9 @@ class Evaluator:
             t1 = time.monotonic()
             self._prepare_timing()
             v.seconds["baselines"] = round(time.monotonic() - t1, 3)
-        child = ChildProcess(extra_env=self._child_env(ws), device=self.device.kind)
+        child = ChildProcess(
+            extra_env=self._child_env(ws), device=self.device.kind, memory_limit_bytes=self.options.memory_limit_bytes
+        )
         child.spawn()  # the child imports torch and creates its CUDA context while the build runs
         profiler = ref = None
         try:

@@ -2,8 +2,9 @@
 
 Each child starts with a sanitized environment (no API keys, no PYTHONPATH of the user's), in its own session and
 process group, in a private temporary directory, with stdout and stderr drained into a bounded buffer that nobody
-parses for verdicts. A request that outlives its timeout kills the whole group; a child that dies mid-request is
-reported with its exit status or signal.
+parses for verdicts. A request that outlives its timeout kills the whole group; so does a child whose process tree
+holds more host memory than its limit (half the machine's by default), before the kernel's OOM killer picks a
+victim of its own; a child that dies mid-request is reported with its exit status or signal.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import tempfile
 import time
 
 from cudagent.evaluator.wire import DEFAULT_MAX_FRAME, Channel, ChannelClosed, ChannelTimeout, FrameTooLarge
-from cudagent.procs import BoundedOutput, drain, kill_group
+from cudagent.procs import BoundedOutput, Limits, Watchdog, drain, gib, kill_group, physical_memory_bytes
 from cudagent.resources import PACKAGE_DIR
 
 PASS_THROUGH_ENV = (
@@ -73,6 +74,7 @@ class ChildProcess:
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         wrapper: list[str] | None = None,
         device: str = "cpu",
+        memory_limit_bytes: int | None = None,
     ):
         self.device = device  # the child initializes CUDA while it waits for its first request
         self.extra_env = extra_env or {}
@@ -82,6 +84,8 @@ class ChildProcess:
         self.channel: Channel | None = None
         self.output = BoundedOutput(head=16 * 1024, tail=48 * 1024)
         self.home: str | None = None
+        self.memory_limit_bytes = memory_limit_bytes or physical_memory_bytes() // 2
+        self.watchdog: Watchdog | None = None
 
     def __enter__(self) -> ChildProcess:
         self.start()
@@ -121,6 +125,7 @@ class ChildProcess:
         )
         theirs.close()
         self._reader = drain(self.proc.stdout, self.output)
+        self.watchdog = Watchdog(self.proc, Limits(memory_bytes=self.memory_limit_bytes), period_s=0.2)
         self.channel = Channel(ours)
 
     def handshake(self) -> None:
@@ -170,6 +175,13 @@ class ChildProcess:
             self.kill()
             code = None
         self._reader.join(timeout=2)
+        if self.watchdog is not None and self.watchdog.tripped:
+            return ChildFailure(
+                "OUT_OF_MEMORY",
+                f"the candidate's process used more than {gib(self.memory_limit_bytes)} of host memory during {what} "
+                "and was killed",
+                self.output.text(),
+            )
         if code is not None and code < 0:
             try:
                 name = signal.Signals(-code).name
@@ -202,6 +214,8 @@ class ChildProcess:
             self.proc.wait()
 
     def close(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
         if self.proc is not None:
             if self.proc.poll() is None:
                 try:

@@ -109,8 +109,9 @@ def test_refused_paths_and_protected_files(tmp_path):
         {"tool": "bash", "arguments": {"command": "echo hacked > model.py; echo $OPENAI_API_KEY; echo done"}},
         {"tool": "edit_file", "arguments": {"path": "model.py", "old_str": "alpha", "new_str": "beta"}},
     ]
-    with ScriptedServer(from_list(steps)) as server:
-        proc = cudagent(["optimize", str(task), *CPU, "--no-final-check"], cli_env(tmp_path / "home", server.url))
+    with ScriptedServer(from_list(steps)) as server:  # limits: the shell really changes model.py, and it comes back
+        args = ["optimize", str(task), *CPU, "--no-final-check", "--sandbox", "limits"]
+        proc = cudagent(args, cli_env(tmp_path / "home", server.url))
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = summary(proc.stdout)
     msgs = [m["content"] for m in server.chat_requests[-1]["messages"] if m["role"] == "tool"]
@@ -118,7 +119,7 @@ def test_refused_paths_and_protected_files(tmp_path):
     assert "refused: binding_registry.h is fixed" in msgs[1]
     assert "outside the workspace" in msgs[2] and "outside the workspace" in msgs[3]
     assert "outside the workspace" in msgs[4]
-    assert "model.py changed; restored" in msgs[5] and "test-key" not in msgs[5]
+    assert "model.py changed or deleted; restored" in msgs[5] and "test-key" not in msgs[5]
     assert "refused: model.py is fixed" in msgs[6]
     assert not outside.exists()
     ws = s["workspace"]
