@@ -26,7 +26,7 @@ CPP_FAULTS = {
 # CUDA faults: kernels added to the .cu file, and statements run at the top of its host launcher.
 CUDA_FAULT_KERNELS = """
 __global__ void fault_illegal_address(float* p) { p[threadIdx.x + (1ll << 40)] = 1.0f; }
-__global__ void fault_spin() { volatile int x = 0; while (x == 0) {} }
+__global__ void fault_spin() { const long long start = clock64(); while (clock64() - start >= 0) {} }
 """
 CUDA_FAULTS = {
     "illegal_address": "fault_illegal_address<<<1, 32, 0, stream>>>(out);",

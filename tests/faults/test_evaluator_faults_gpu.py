@@ -43,7 +43,7 @@ def test_gpu_fault_is_reported_and_the_gpu_serves_the_next_call(evaluator, good,
     ws = Workspace.create(tmp_path / "ws", evaluator.task.source)
     faults.faulty_cuda(ws, fault)
     verdict = evaluator.evaluate(ws)
-    print(f"\n[{fault}] {verdict.summary()}\n  error: {verdict.error[:400]}")
+    print(f"\n[{fault}] {verdict.summary()}\n  error: {(verdict.error or '')[:400]}")
     assert not verdict.correct and codes & set(verdict.codes), verdict.summary()
     after = evaluator.evaluate(good)
     print(f"[{fault}] next call on the good kernel: correct={after.correct} ({after.seconds.get('total')} s)")
