@@ -140,6 +140,7 @@ class Agent:
                 "model": self.policy.model,
                 "branch": self.repo.branch,
                 "run_dir": str(self.traj.run_dir),
+                "sandbox": self.toolbox.sandbox.to_dict(),
             }
         )
         try:

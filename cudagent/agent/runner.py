@@ -163,7 +163,7 @@ def resume_run(
 def _drive(info, traj, policy, evaluator, repo, options, reporter, prompts, sandbox) -> dict:
     from cudagent.workspace import Workspace
 
-    announce_sandbox(sandbox, reporter)
+    warn_about_sandbox(sandbox)
     toolbox = Toolbox(
         Workspace(Path(repo.workspace)), info.task_source, lambda: evaluator, sandbox, read_only=(repo.link_path,)
     )
@@ -175,7 +175,8 @@ def _drive(info, traj, policy, evaluator, repo, options, reporter, prompts, sand
         evaluator.close()
 
 
-def announce_sandbox(sandbox: Sandbox, reporter) -> None:
+def warn_about_sandbox(sandbox: Sandbox) -> None:
+    """On stderr, whatever the output format: the shell runs unconfined, or less confined than asked."""
     warning = None
     if sandbox.mode == "none":
         warning = "--sandbox none: model-written shell commands run unconfined, with your permissions"
@@ -184,7 +185,6 @@ def announce_sandbox(sandbox: Sandbox, reporter) -> None:
     if warning:
         sys.stderr.write(f"cudagent: warning: {warning}\n")
         sys.stderr.flush()
-    reporter.event({"event": "sandbox", "mode": sandbox.mode, "description": sandbox.describe(), "warning": warning})
 
 
 def _prepared(policy):

@@ -65,7 +65,7 @@ class LivePanel:
                 turn=e["turn"], tokens=e["tokens"], elapsed_s=e["elapsed_s"], best=e["best"], last=e["summary"]
             )
             self.console.print(_line(e), highlight=False)
-        elif kind in ("improvement", "notice", "final_evaluation", "end", "sandbox"):
+        elif kind in ("improvement", "notice", "final_evaluation", "end"):
             line = _line(e)
             if line:
                 self.console.print(line, highlight=False)
@@ -113,7 +113,8 @@ def _best_text(best: dict | None) -> str:
 def _line(e: dict) -> str | None:
     kind = e.get("event")
     if kind == "start":
-        return f"run {e['run_id']} on branch {e['branch']} (model {e['model']}), from turn {e['turn']}"
+        line = f"run {e['run_id']} on branch {e['branch']} (model {e['model']}), from turn {e['turn']}"
+        return line + (f"\n  shell sandbox: {e['sandbox']['description']}" if e.get("sandbox") else "")
     if kind == "turn":
         commit = f" [{e['commit'][:8]}]" if e.get("commit") else ""
         return f"turn {e['turn']}/{e['max_turns']}: {e['summary']}{commit}"
@@ -121,8 +122,6 @@ def _line(e: dict) -> str | None:
         return f"  new best at turn {e['turn']}: {_best_text(e)} [{e['commit'][:8]}]"
     if kind == "notice":
         return f"  limit near: {e['reason']}"
-    if kind == "sandbox":
-        return f"shell sandbox: {e['description']}"
     if kind == "final_evaluation":
         return f"re-evaluating the best commit {e['commit'][:8]} from pristine files"
     if kind == "end":

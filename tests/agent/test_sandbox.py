@@ -118,8 +118,7 @@ def test_sandbox_none_warns_and_the_run_records_its_sandbox(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "warning: --sandbox none" in proc.stderr
     evs = events(proc.stdout)
-    announced = next(e for e in evs if e["event"] == "sandbox")
-    assert announced["mode"] == "none" and announced["warning"]
+    assert evs[0]["event"] == "start" and evs[0]["sandbox"]["mode"] == "none"
     run_id = evs[-1]["run_id"]
     header = json.loads((home / "runs" / run_id / "trajectory.jsonl").read_text().splitlines()[0])
     assert header["sandbox"]["requested"] == "none" and header["sandbox"]["mode"] == "none"

@@ -18,8 +18,8 @@ def test_cuda_runs_inside_the_sandbox(tmp_path):
     obs = box.run(
         "bash",
         {
-            "command": "python3 -c \"import torch; x = torch.ones(4, device='cuda'); print('cuda sum', (x * 2).sum().item())\""
-            "; nvidia-smi -L | head -1; echo x > /etc/nope",
+            "command": "python3 -c \"import torch; x = torch.ones(4, device='cuda'); "
+            "print('cuda sum', (x * 2).sum().item())\"; nvidia-smi -L | head -1; echo x > /etc/nope",
             "timeout": 120,
         },
     )
