@@ -188,16 +188,16 @@ def process_tree(root: int) -> list[int]:
 def resident_bytes(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE
+            return int(f.read().split()[1]) * PAGE_BYTES
     except (OSError, IndexError, ValueError):
         return 0
 
 
-_PAGE = os.sysconf("SC_PAGE_SIZE")
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
 def physical_memory_bytes() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return PAGE_BYTES * os.sysconf("SC_PHYS_PAGES")
 
 
 @dataclass

@@ -147,8 +147,7 @@ class RunRepo:
     def clear_stale_locks(self) -> list[str]:
         """Remove the lock files a killed commit of ours left behind (only those of this run's checkout, branch and
         tag; the caller holds the run's lock, so no git process of this run is alive)."""
-        self.repair_link()
-        repo = git.Repo(self.repo_dir)
+        repo = self.repo
         own = Path(repo.git_dir)
         common = Path(repo.common_dir)
         candidates = [

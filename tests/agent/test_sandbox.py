@@ -22,10 +22,8 @@ from tests.agent.script_server import ScriptedServer, from_list
 TASK = "import torch\n\n\nclass Model(torch.nn.Module):\n    pass\n"
 SMALL = Limits(memory_bytes=256 << 20, max_processes=24, max_file_bytes=8 << 20)
 
-needs_bwrap = pytest.mark.skipif(
-    sb.bwrap_problem() is not None and os.environ.get("CUDAGENT_REQUIRE_BWRAP") != "1",
-    reason=f"bubblewrap cannot run here: {sb.bwrap_problem()}",
-)
+BWRAP_SKIPPED = sb.bwrap_problem() is not None and os.environ.get("CUDAGENT_REQUIRE_BWRAP") != "1"
+needs_bwrap = pytest.mark.skipif(BWRAP_SKIPPED, reason=f"bubblewrap cannot run here: {sb.bwrap_problem()}")
 
 
 def shell(tmp_path, mode: str, limits: Limits = SMALL):
@@ -72,7 +70,7 @@ def test_bwrap_protects_the_git_link_and_kills_what_the_command_left(tmp_path):
 
 @pytest.mark.parametrize("mode", ["bwrap", "limits"])
 def test_limits_stop_memory_processes_and_huge_files(tmp_path, mode):
-    if mode == "bwrap" and sb.bwrap_problem() is not None and os.environ.get("CUDAGENT_REQUIRE_BWRAP") != "1":
+    if mode == "bwrap" and BWRAP_SKIPPED:
         pytest.skip(f"bubblewrap cannot run here: {sb.bwrap_problem()}")
     ws, run = shell(tmp_path, mode)
     hog = run('python3 -c "b = []\nwhile True: b.append(bytearray(32 << 20))"')

@@ -7,6 +7,9 @@ import os
 import re
 from pathlib import Path
 
+from cudagent.evaluator import EvalOptions, Evaluator
+from cudagent.hardware import resolve_device
+from cudagent.task import load_task
 from cudagent.workspace import Workspace
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,6 +37,11 @@ CUDA_FAULTS = {
     "gpu_oom": "for (;;) { void* p; if (cudaMalloc(&p, size_t(1) << 30) != cudaSuccess) return cudaGetLastError(); }",
     "segfault": "{ volatile int* p = nullptr; *p = 1; }",
 }
+
+
+def evaluator(device: str, **options) -> Evaluator:
+    """An untimed Evaluator of the fault task on `device`; use it as a context manager."""
+    return Evaluator(load_task(TASK), resolve_device(device), EvalOptions(timing=False, **options))
 
 
 def good_cpu(ws: Workspace) -> None:

@@ -9,9 +9,6 @@ import subprocess
 
 import pytest
 
-from cudagent.evaluator import EvalOptions, Evaluator
-from cudagent.hardware import resolve_device
-from cudagent.task import load_task
 from cudagent.workspace import Workspace
 from tests.faults import faults
 
@@ -20,9 +17,7 @@ LIMIT = 1 << 30  # the candidate's host memory limit in these tests
 
 @pytest.fixture(scope="module")
 def evaluator():
-    task = load_task(faults.TASK)
-    options = EvalOptions(timing=False, call_timeout_s=10, build_timeout_s=300, memory_limit_bytes=LIMIT)
-    with Evaluator(task, resolve_device("cpu"), options) as ev:
+    with faults.evaluator("cpu", call_timeout_s=10, build_timeout_s=300, memory_limit_bytes=LIMIT) as ev:
         yield ev
 
 
@@ -72,9 +67,7 @@ def test_output_flood_costs_no_memory(evaluator, good, tmp_path):
 
 
 def test_hanging_compile_is_stopped_with_its_processes(good, tmp_path):
-    task = load_task(faults.TASK)
-    options = EvalOptions(timing=False, build_timeout_s=5)
-    with Evaluator(task, resolve_device("cpu"), options) as ev:
+    with faults.evaluator("cpu", build_timeout_s=5) as ev:
         ws = workspace(tmp_path, ev)
         faults.compile_hang(ws)
         verdict = ev.evaluate(ws)

@@ -6,18 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from cudagent.evaluator import EvalOptions, Evaluator
-from cudagent.hardware import resolve_device
-from cudagent.task import load_task
 from cudagent.workspace import Workspace
 from tests.faults import faults
 
 
 @pytest.fixture(scope="module")
 def evaluator():
-    task = load_task(faults.TASK)
-    options = EvalOptions(timing=False, call_timeout_s=20, build_timeout_s=300)
-    with Evaluator(task, resolve_device("cuda"), options) as ev:
+    with faults.evaluator("cuda", call_timeout_s=20, build_timeout_s=300) as ev:
         yield ev
 
 
