@@ -169,8 +169,20 @@ def test_bench_on_a_local_ray_instance(kernelbench, tmp_path):
         cli_env(tmp_path / "home", None),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    s = json.loads(proc.stdout.splitlines()[-1])
-    assert s["event"] == "summary" and s["tasks"] == 2 and s["correct"] == 1
+    lines = [json.loads(x) for x in proc.stdout.splitlines()]
+    rows, s = {r["key"]: r for r in lines[:-1]}, lines[-1]
+    assert s["event"] == "summary" and s["tasks"] == 2 and set(rows) == {"1/1_axpby", "1/2_tiny"}
+    assert rows["1/2_tiny"]["correct"] is False and "no solution" in rows["1/2_tiny"]["error"]
+    # Ray runs both tasks at once on this two-core machine; the timing checks may refuse to vouch for a CPU time
+    # measured beside the other task, and then only for that reason
+    axpby = rows["1/1_axpby"]
+    assert axpby["correct"] is True or _timing_only(axpby), axpby
+    assert s["correct"] == int(axpby["correct"])
+
+
+def _timing_only(row: dict) -> bool:
+    violations = row.get("violations") or []
+    return bool(violations) and all(v["code"].startswith(("BASELINE_", "TIMING_")) for v in violations)
 
 
 def test_bench_without_solutions_runs_the_agent(kernelbench, tmp_path):
@@ -204,6 +216,5 @@ def test_bench_without_solutions_runs_the_agent(kernelbench, tmp_path):
     assert task["exit_reason"] == "finished" and task["turns"] == 6
     # the bench scores the final re-evaluation, timing included; on a loaded CPU its interference checks may
     # refuse to vouch for the timing, and then only for that reason
-    timing_only = task["violations"] and all(v["code"].startswith(("BASELINE_", "TIMING_")) for v in task["violations"])
-    assert (task["correct"] is True and task["tier"] >= 1) or timing_only, task
+    assert (task["correct"] is True and task["tier"] >= 1) or _timing_only(task), task
     assert summary["tasks"] == 1 and summary["correct"] == int(task["correct"]) and "optimize" in summary["mode"]
