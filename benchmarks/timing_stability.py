@@ -29,8 +29,9 @@ CANDIDATES = {  # name: (task file, solution directory)
 }
 
 
-def measure_once(task, ws, device, ref) -> float:
-    """One separate timing call: a fresh child loads the candidate and times it with the standard protocol."""
+def measure_once(task, ws, device, ref, zygote) -> float:
+    """One separate timing call: a fresh child, forked from the zygote as the evaluator's are, loads the candidate
+    and times it with the standard protocol."""
     import secrets
     from dataclasses import asdict
 
@@ -39,7 +40,7 @@ def measure_once(task, ws, device, ref) -> float:
     from cudagent.evaluator.verdict import TimeStats
     from cudagent.evaluator.verify import load_message
 
-    with ChildProcess(device="cuda") as child:
+    with ChildProcess(device="cuda", zygote=zygote) as child:
         assert child.request(load_message(task, ws, device, ref), timeout_s=600).get("ok", False)
         sets = [[x.cpu() for x in task.make_inputs(secrets.randbits(62), "cuda")] for _ in range(3)]
         reply = child.request({"op": "time", "plan": asdict(Plan()), "inputs": sets}, timeout_s=600, max_bytes=1 << 32)
@@ -58,6 +59,8 @@ def main() -> None:
     import torch
 
     from cudagent.evaluator import EvalOptions, Evaluator
+    from cudagent.evaluator.session import child_env
+    from cudagent.evaluator.zygote import Zygote
     from cudagent.hardware import resolve_device
     from cudagent.task import load_task
     from cudagent.workspace import Workspace
@@ -80,7 +83,13 @@ def main() -> None:
                 verdict = evaluator.evaluate(ws)  # built and verified once
                 assert verdict.correct, verdict.summary()
             ref = task.build_model(0, "cuda")
-            medians = [measure_once(task, ws, device, ref) for _ in range(args.repeats)]
+            home = tempfile.mkdtemp(prefix="stability-zygote-")
+            zygote = Zygote(child_env(home), home)
+            try:
+                medians = [measure_once(task, ws, device, ref, zygote) for _ in range(args.repeats)]
+            finally:
+                zygote.close()
+                shutil.rmtree(home, ignore_errors=True)
             spread = max(medians) / min(medians) - 1
             results[name] = {
                 "medians_ms": medians,
@@ -100,8 +109,8 @@ def main() -> None:
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "repeats": args.repeats,
-        "method": "each repeat: a fresh child process loads the candidate and times it (3 fresh input sets, "
-        "L2 flush, CUDA events, median of >= 100 samples and >= 0.5 s)",
+        "method": "each repeat: a fresh child process (forked from the zygote) loads the candidate and times it "
+        "(3 fresh input sets, L2 flush, CUDA events, median of >= 100 samples and >= 0.5 s)",
         "candidates": results,
         "max_spread_at_least_50us": max(big) if big else None,
         "target": "spread (max/min - 1) <= 2% for kernels of 50 us and more",

@@ -15,7 +15,6 @@ import importlib.util
 import os
 import socket
 import sys
-import threading
 import traceback
 
 import torch
@@ -186,7 +185,7 @@ class Harness:
             "launch_error": launch_error,
             "aliasing": self._aliasing(out),
             "mutated_inputs": [i for i, (a, b) in enumerate(zip(before, inputs)) if not _bitwise_equal(a, b)],
-            "python_threads": threading.active_count(),
+            "python_threads": 1 + audit.other_threads(),
             "reference_imported": "model" in sys.modules,
         }
         self.last_outputs = out
@@ -218,6 +217,7 @@ class Harness:
 
     def op_time(self, msg: dict) -> dict:
         """Time a target over the input sets (rotated); keep the outputs of some samples for re-checking."""
+        audit.await_profiler_warmup()
         if msg.get("inputs") is not None:
             self.timing_sets = [[_to(x, self.device) for x in s] for s in msg["inputs"]]
         sets, fn = self.timing_sets, self._target(msg.get("target"))
@@ -299,10 +299,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="cudagent.evaluator.child")
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--warm-profiler", action="store_true", help="set the profiler up now, in the background")
     args = parser.parse_args(argv)
     if args.device == "cuda":  # create the context now, while the parent is still busy (building, say)
         torch.cuda.init()
         torch.empty(1, device="cuda")
+        if args.warm_profiler:
+            audit.start_profiler_warmup()
     sock = socket.socket(fileno=args.fd)
     channel = Channel(sock)
     status = 0

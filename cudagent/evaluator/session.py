@@ -19,6 +19,7 @@ import tempfile
 import time
 
 from cudagent.evaluator.wire import DEFAULT_MAX_FRAME, Channel, ChannelClosed, ChannelTimeout, FrameTooLarge
+from cudagent.evaluator.zygote import Zygote, ZygoteGone
 from cudagent.procs import BoundedOutput, Limits, Watchdog, drain, gib, kill_group, physical_memory_bytes
 from cudagent.resources import PACKAGE_DIR
 
@@ -75,8 +76,12 @@ class ChildProcess:
         wrapper: list[str] | None = None,
         device: str = "cpu",
         memory_limit_bytes: int | None = None,
+        zygote: Zygote | None = None,
+        warm_profiler: bool = False,
     ):
         self.device = device  # the child initializes CUDA while it waits for its first request
+        self.zygote = zygote  # fork from it (milliseconds) rather than start a new interpreter (seconds)
+        self.warm_profiler = warm_profiler  # set CUPTI up at start (CUDA): kernels will be recorded
         self.extra_env = extra_env or {}
         self.wrapper = list(wrapper or [])  # a command the child runs under (a profiler such as ncu)
         self.start_timeout_s = start_timeout_s
@@ -103,26 +108,26 @@ class ChildProcess:
         with other work, such as the build. It loads no candidate code until asked to."""
         self.home = tempfile.mkdtemp(prefix="cudagent-child-")
         ours, theirs = socket.socketpair()
-        cmd = self.wrapper + [
-            sys.executable,
-            "-s",
-            "-m",
-            "cudagent.evaluator.child",
-            "--fd",
-            str(theirs.fileno()),
-            "--device",
-            self.device,
-        ]
-        self.proc = subprocess.Popen(
-            cmd,
-            pass_fds=(theirs.fileno(),),
-            env=child_env(self.home, self.extra_env),
-            cwd=self.home,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        args = ["--device", self.device] + (["--warm-profiler"] if self.warm_profiler else [])
+        env = child_env(self.home, self.extra_env)
+        self.proc = None
+        if self.zygote is not None and not self.wrapper and self.zygote.alive():
+            try:
+                self.proc = self.zygote.spawn(args, env, self.home, theirs.fileno())
+            except ZygoteGone:
+                self.proc = None
+        if self.proc is None:
+            self.proc = subprocess.Popen(
+                [*self.wrapper, sys.executable, "-s", "-m", "cudagent.evaluator.child", *args]
+                + ["--fd", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                env=env,
+                cwd=self.home,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         theirs.close()
         self._reader = drain(self.proc.stdout, self.output)
         self.watchdog = Watchdog(self.proc, Limits(memory_bytes=self.memory_limit_bytes), period_s=0.2)

@@ -1,6 +1,7 @@
 """The trials, run from the trusted parent against a candidate loaded in a child.
 
-    stock-1..5       get_inputs() with fresh secret seeds (the first also records kernels and streams on CUDA)
+    stock-1..5       get_inputs() with fresh secret seeds (the last also records kernels and streams on CUDA: by
+                     then the child's profiler warm-up, started with the child, is done)
     mutation         the same input buffers, new contents
     sparse-mutation  the same buffers, a small block changed
     determinism      stock-1's contents again, in fresh buffers: must match the reference and stock-1's output
@@ -64,7 +65,7 @@ class TrialRunner:
         self.v.correct = True
         try:
             stock = [self.task.make_inputs(secrets.randbits(62), dev) for _ in range(stock_trials)]
-            outs = [self._call(f"stock-{i + 1}", x, ref, observe=(i == 0)) for i, x in enumerate(stock)]
+            outs = [self._call(f"stock-{i + 1}", x, ref, observe=(i == stock_trials - 1)) for i, x in enumerate(stock)]
             current = self.task.make_inputs(secrets.randbits(62), dev)
             self._call("mutation", current, ref, reuse=True)
             mutated, changed = sparse_mutation(current, secrets.randbits(62))

@@ -1,0 +1,86 @@
+"""The fork server: children forked from a zygote behave like children started anew (their own environment,
+session, output and exit status), and the evaluator survives a zygote that dies."""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from cudagent.evaluator.session import ChildFailure, ChildProcess, child_env
+from cudagent.evaluator.zygote import Zygote
+
+PROBE = """import os, sys
+print("home=" + os.environ["HOME"], "sid=" + str(os.getsid(0) == os.getpid()), "tmp=" + os.environ.get("MARK", ""))
+sys.stdout.flush()
+"""
+
+
+@pytest.fixture
+def zygote():
+    home = tempfile.mkdtemp(prefix="test-zygote-")
+    z = Zygote(child_env(home, {"MARK": "zygote"}), home)
+    yield z
+    z.close()
+
+
+def _import(child: ChildProcess, path: Path) -> dict:
+    return child.request(
+        {"op": "load", "model_new": str(path), "device": "cpu", "import_only": True}, timeout_s=120, what="importing"
+    )
+
+
+def test_a_forked_child_has_its_own_environment_session_and_output(zygote, tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    with ChildProcess(zygote=zygote, extra_env={"MARK": "child"}) as child:
+        assert child.proc.__class__.__name__ == "ForkedProcess"
+        assert _import(child, probe)["ok"]
+        pid, home = child.proc.pid, child.home
+    assert child.proc.returncode == 0
+    out = child.output.text()
+    assert f"home={home}" in out and "sid=True" in out and "tmp=child" in out, out
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_a_forked_child_that_dies_of_a_signal_says_which(zygote, tmp_path):
+    crash = tmp_path / "crash.py"
+    crash.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    with ChildProcess(zygote=zygote) as child:
+        with pytest.raises(ChildFailure) as failure:
+            _import(child, crash)
+    assert failure.value.code == "CRASHED" and "SIGSEGV" in failure.value.message
+    assert child.proc.returncode == -signal.SIGSEGV
+
+
+def test_a_dead_zygote_means_a_fresh_interpreter(zygote, tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    os.kill(zygote.proc.pid, signal.SIGKILL)
+    zygote.proc.wait()
+    with ChildProcess(zygote=zygote) as child:
+        assert child.proc.__class__.__name__ == "Popen"
+        assert _import(child, probe)["ok"]
+
+
+def test_the_evaluator_restarts_a_dead_zygote(tmp_path):
+    from cudagent.evaluator import EvalOptions, Evaluator
+    from cudagent.hardware import resolve_device
+    from cudagent.task import load_task
+    from cudagent.workspace import resolve_candidate, workspace_for
+    from tests.agent.episodes import REPO
+
+    task = load_task(REPO / "examples" / "tasks" / "axpby.py")
+    ws = workspace_for(resolve_candidate(REPO / "examples" / "solutions" / "cpu" / "axpby"), task.source)
+    with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=False, fork_server=True)) as evaluator:
+        assert evaluator.evaluate(ws).correct
+        first = evaluator._zygote
+        os.kill(first.proc.pid, signal.SIGKILL)
+        first.proc.wait()
+        assert evaluator.evaluate(ws).correct
+        assert evaluator._zygote is not first and evaluator._zygote.alive()
+    assert evaluator._zygote is None
