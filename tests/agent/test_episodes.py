@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -304,7 +305,7 @@ def test_ctrl_c_stops_the_shell_records_the_interrupt_and_resumes(tmp_path):
                 proc.send_signal(signal.SIGINT)
                 break
         _, err = proc.communicate(timeout=60)
-        assert proc.returncode == 130 and "--resume" in err
+        assert proc.returncode == 130 and "--resume" in err, _what_happened(home, err)
         time.sleep(21)
         assert not marker.exists()  # the shell command died with the run
         again = cudagent(["optimize", "--resume", "last", "--json"], env)
@@ -313,3 +314,10 @@ def test_ctrl_c_stops_the_shell_records_the_interrupt_and_resumes(tmp_path):
     assert s["exit_reason"] == "finished" and s["turns"] == 3
     kinds = [json.loads(x)["kind"] for x in (home / "runs" / s["run_id"] / "trajectory.jsonl").read_text().splitlines()]
     assert kinds == ["run", "turn", "end", "resume", "turn", "turn", "end"]
+
+
+def _what_happened(home: Path, err: str) -> str:
+    """A failed episode's stderr and the tail of its trajectory, for the assertion message."""
+    trajectories = sorted(home.glob("runs/*/trajectory.jsonl"))
+    tail = trajectories[-1].read_text()[-3000:] if trajectories else "(no trajectory)"
+    return f"stderr:\n{err[-2000:]}\ntrajectory tail:\n{tail}"
