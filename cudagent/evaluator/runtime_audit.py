@@ -79,7 +79,7 @@ _warmup: threading.Thread | None = None
 def start_profiler_warmup() -> None:
     """Set CUPTI up in the background: its first session costs seconds (about 5 s on an H100), which would otherwise
     fall on the first trial that records kernels. Started before any candidate code is loaded; the sessions below
-    wait for it, and `harness_threads` does not count it."""
+    wait for it, and `other_threads` does not count it."""
     global _warmup
 
     def warm():
