@@ -238,7 +238,7 @@ class Harness:
         )
         self._sync()
         kept = {str(i): {"set": k, "outputs": o} for i, (k, o) in result.pop("kept").items()}
-        return {"ms": result["ms"], "wall_ms": result["wall_ms"], "loop_ms": result["loop_ms"], "kept": kept}
+        return {**result, "kept": kept}
 
     def op_kernels(self, msg: dict) -> dict:
         """Every kernel a number of calls launched (all streams), aggregated by name."""

@@ -1,9 +1,16 @@
 """The timing loop. Runs inside a child (the candidate's, or a clean baseline worker).
 
-Per sample: flush the L2 cache (write a buffer twice its size), synchronize the device, record CUDA events on the
-current stream around one call, synchronize again. Input sets rotate so no sample finds its inputs in cache. Wall
-time is recorded beside event time for the parent's cross-check. On the CPU the structure is the same with a
-host cache flush and perf_counter.
+Per CUDA sample, with the device idle: queue a GPU-side lead (a spin kernel long enough to cover the call's host
+work, calibrated from the warm-up calls), the L2 flush (a buffer twice the L2 written) and the start event, then
+make the call, record the end event and synchronize. While the lead runs the host enqueues the whole call, so the
+events see the call's device time without the host's launch latency, which varies from process to process by
+more than a kernel's own run-to-run noise. The host's enqueue time is kept beside it: a sample is the larger of
+the two, so a call whose Python or launch path is slower than its kernels is charged for that path, as a loop of
+calls would be. A sample whose lead ran out before the call was enqueued (a call that synchronizes, or a host
+hiccup) is the event time alone, which then includes the host's gaps. Wall time, from the moment the device
+reached the start event to the moment every stream was idle, is recorded for the parent's cross-check.
+
+Input sets rotate so no sample finds its inputs in cache. On the CPU: a host cache flush and perf_counter.
 """
 
 from __future__ import annotations
@@ -14,6 +21,10 @@ from dataclasses import dataclass
 import torch
 
 CPU_FLUSH_BYTES = 32 * 1024 * 1024
+# The GPU-side lead before each sample: this many times the call's median host time in warm-up, plus a floor.
+LEAD_HOST_FACTOR = 3.0
+LEAD_FLOOR_MS = 0.03
+LEAD_CAP_MS = 50.0
 # Input sets rotated through a timing loop, so no sample finds its inputs in cache from the sample before.
 INPUT_SETS = 3
 
@@ -50,22 +61,25 @@ def flush_buffer(device: torch.device, nbytes: int) -> torch.Tensor:
 def measure(call, n_sets: int, device: torch.device, plan: Plan, before_sample=None) -> dict:
     """Time `call(k)` (k = input set index) per the plan.
 
-    Returns per-sample event times, wall times of the call alone, wall times of the whole iteration (flush included)
-    and the outputs kept for re-checking. `before_sample(i)`, if given, runs before sample i's flush (outside the
-    timed region): the parent uses it to change an input set's contents in place at secret points.
+    Returns per-sample times (`ms`), the device and host parts of each (`event_ms`, `host_ms`), wall times for the
+    cross-check (`wall_ms`), wall times of whole iterations (`loop_ms`, lead and flush included), how many samples
+    the lead did not cover, and the outputs kept for re-checking. `before_sample(i)`, if given, runs before sample
+    i's flush (outside the timed region): the parent uses it to change an input set's contents in place at secret
+    points.
     """
     cuda = device.type == "cuda"
     flush = flush_buffer(device, plan.flush_bytes)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     with torch.no_grad():
+        warm_host = []
         for k in range(max(plan.warmup_calls, n_sets)):
+            t = time.perf_counter()
             call(k % n_sets)
-        sync()
-        ms, wall_ms, loop_ms, kept = [], [], [], {}
-        recheck = set(plan.recheck)
-        if cuda:
-            start_ev = torch.cuda.Event(enable_timing=True)
-            end_ev = torch.cuda.Event(enable_timing=True)
+            warm_host.append((time.perf_counter() - t) * 1e3)
+            sync()
+        sample = _CudaSample(flush, _lead_cycles(warm_host)) if cuda else _CpuSample(flush)
+        result = {"ms": [], "event_ms": [], "host_ms": [], "wall_ms": [], "loop_ms": [], "uncovered": 0}
+        kept, recheck = {}, set(plan.recheck)
         began = time.perf_counter()
         i = 0
         while True:
@@ -73,22 +87,13 @@ def measure(call, n_sets: int, device: torch.device, plan: Plan, before_sample=N
             if before_sample is not None:
                 before_sample(i)
             t_loop = time.perf_counter()
-            flush.zero_()
-            sync()
-            t0 = time.perf_counter()
-            if cuda:
-                start_ev.record()
-                out = call(k)
-                end_ev.record()
-                torch.cuda.synchronize()
-                t1 = time.perf_counter()
-                ms.append(start_ev.elapsed_time(end_ev))
-            else:
-                out = call(k)
-                t1 = time.perf_counter()
-                ms.append((t1 - t0) * 1e3)
-            wall_ms.append((t1 - t0) * 1e3)
-            loop_ms.append((t1 - t_loop) * 1e3)
+            out, event, host, wall, covered = sample(call, k)
+            result["ms"].append(max(event, host) if covered else event)
+            result["event_ms"].append(event)
+            result["host_ms"].append(host)
+            result["wall_ms"].append(wall)
+            result["loop_ms"].append((time.perf_counter() - t_loop) * 1e3)
+            result["uncovered"] += not covered
             if i in recheck:
                 kept[i] = (k, _clone(out))
             del out
@@ -98,7 +103,67 @@ def measure(call, n_sets: int, device: torch.device, plan: Plan, before_sample=N
                 break
             if elapsed >= plan.max_seconds and i >= 10:
                 break
-    return {"ms": ms, "wall_ms": wall_ms, "loop_ms": loop_ms, "kept": kept}
+    result["kept"] = kept
+    return result
+
+
+class _CudaSample:
+    def __init__(self, flush: torch.Tensor, lead_cycles: int):
+        self.flush, self.lead_cycles = flush, lead_cycles
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+
+    def __call__(self, call, k: int):
+        """(output, event ms, host enqueue ms, wall ms, whether the lead covered the host's work)."""
+        torch.cuda.synchronize()
+        torch.cuda._sleep(self.lead_cycles)
+        self.flush.zero_()
+        self.start.record()
+        t0 = time.perf_counter()
+        out = call(k)
+        self.end.record()
+        t1 = time.perf_counter()
+        covered = not self.start.query()
+        reached = t0
+        if covered:  # wait for the device to reach the call, so the wall time starts where the events do
+            while not self.start.query():
+                pass
+            reached = time.perf_counter()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        return out, self.start.elapsed_time(self.end), (t1 - t0) * 1e3, (t2 - reached) * 1e3, covered
+
+
+class _CpuSample:
+    def __init__(self, flush: torch.Tensor):
+        self.flush = flush
+
+    def __call__(self, call, k: int):
+        self.flush.zero_()
+        t0 = time.perf_counter()
+        out = call(k)
+        ms = (time.perf_counter() - t0) * 1e3
+        return out, ms, ms, ms, True
+
+
+_cycles_per_ms: float | None = None
+
+
+def _lead_cycles(warm_host_ms: list[float]) -> int:
+    """GPU clock cycles of spin that outlast the call's host work: a multiple of its median warm-up host time."""
+    global _cycles_per_ms
+    if _cycles_per_ms is None:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for _ in range(2):  # the first includes loading the spin kernel
+            torch.cuda.synchronize()
+            start.record()
+            torch.cuda._sleep(1_000_000)
+            end.record()
+            torch.cuda.synchronize()
+        _cycles_per_ms = 1_000_000 / max(start.elapsed_time(end), 1e-3)
+    tail = sorted(warm_host_ms[len(warm_host_ms) // 2 :])  # later warm-up calls: caches and compilers settled
+    lead_ms = min(LEAD_FLOOR_MS + LEAD_HOST_FACTOR * tail[len(tail) // 2], LEAD_CAP_MS)
+    return int(lead_ms * _cycles_per_ms)
 
 
 def _clone(out):
