@@ -40,13 +40,16 @@ def test_profile_json_and_text(tmp_path):
     assert any(ln.strip().startswith("candidate:") for ln in lines) and any("roofline:" in ln for ln in lines)
 
 
-def test_a_stale_cached_baseline_is_measured_again(tmp_path):
+def _candidate(tmp_path, case: str, name: str = "candidate"):
     import shutil
 
-    cand = tmp_path / "candidate"
+    cand = tmp_path / name
     shutil.copytree(ROOT / "tests/adversarial/kernels/cpu", cand / "kernels")
-    shutil.copy(ROOT / "tests/adversarial/cases/control_inplace_on_own_output/model_new.py", cand / "model_new.py")
-    env = dict(os.environ, CUDAGENT_CACHE_DIR=str(tmp_path / "cache"))
+    shutil.copy(ROOT / f"tests/adversarial/cases/{case}/model_new.py", cand / "model_new.py")
+    return cand
+
+
+def _profile_vadd(cand, env) -> subprocess.CompletedProcess:
     args = [
         sys.executable,
         "-m",
@@ -56,17 +59,57 @@ def test_a_stale_cached_baseline_is_measured_again(tmp_path):
         str(cand),
         "--device",
         "cpu",
-        "--json",
     ]
-    first = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
-    assert first.returncode == 0, first.stderr
-    honest = json.loads(first.stdout)["time_ms"]["eager"]
-    for path in (tmp_path / "cache" / "baselines").glob("*.json"):  # as if measured on a very busy machine
+    return subprocess.run(args + ["--json"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
+
+
+def _slow_down_cached_baselines(cache, factor: float) -> None:
+    """As if the cached baselines had been measured on a very busy machine."""
+    for path in (cache / "baselines").glob("*.json"):
         data = json.loads(path.read_text())
         for key in ("median", "p10", "p90", "mean"):
-            data["event_ms"][key] *= 50
+            data["event_ms"][key] *= factor
         path.write_text(json.dumps(data))
-    second = json.loads(subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=env, timeout=900).stdout)
+
+
+def test_a_stale_cached_baseline_is_measured_again(tmp_path):
+    cand = _candidate(tmp_path, "control_inplace_on_own_output")
+    env = dict(os.environ, CUDAGENT_CACHE_DIR=str(tmp_path / "cache"))
+    first = _profile_vadd(cand, env)
+    assert first.returncode == 0, first.stderr
+    honest = json.loads(first.stdout)["time_ms"]["eager"]
+    _slow_down_cached_baselines(tmp_path / "cache", 50)
+    second = json.loads(_profile_vadd(cand, env).stdout)
     assert any("was stale" in note for note in second["notes"]), second["notes"]
     assert second["time_ms"]["eager"] < 10 * honest
     assert not any(f.startswith("SPEEDUP_OVER_10X") for f in second["flags"])
+
+
+def test_a_candidate_busy_while_the_baselines_run_is_not_vouched_for(tmp_path, monkeypatch):
+    """A process the candidate leaves spinning uses CPU time while the baselines run beside it: on the CPU the tier
+    drops to 1 (on CUDA it is rejected: tests/adversarial/cases/timing_cpu_hog). The static audit, which would refuse
+    the subprocess import, is off to show the timing defense on its own."""
+    import shutil
+
+    from cudagent.evaluator import EvalOptions, Evaluator
+    from cudagent.hardware import resolve_device
+    from cudagent.task import load_task
+    from cudagent.workspace import Workspace
+
+    monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    task = load_task(ROOT / "tests/adversarial/tasks/vadd.py")
+
+    def evaluate(case: str):
+        ws = Workspace.create(tmp_path / case, task.source)
+        shutil.copytree(ROOT / "tests/adversarial/kernels/cpu", ws.kernels_dir, dirs_exist_ok=True)
+        shutil.copy(ROOT / f"tests/adversarial/cases/{case}/model_new.py", ws.model_new_py)
+        with Evaluator(task, resolve_device("cpu"), EvalOptions(audit_static=False)) as evaluator:
+            return evaluator.evaluate(ws)
+
+    assert evaluate("control_inplace_on_own_output").correct
+    # Cached baselines far slower than the candidate, so that it reaches the interleaved confirmation.
+    _slow_down_cached_baselines(tmp_path / "cache", 50)
+    verdict = evaluate("timing_cpu_hog")
+    assert verdict.correct and verdict.tier == 1, verdict.summary()
+    assert any("of CPU time while the baselines ran" in n for n in verdict.notes), verdict.notes
+    assert verdict.timing["confirmation"]["candidate_cpu_s_while_baselines_ran"] > 0.05

@@ -36,23 +36,43 @@ class BaselineError(Exception):
 
 @dataclass
 class Measurement:
+    """Per-sample times (`stats`, `ms`: what tiers compare; the JSON calls them `event_ms`), their device part alone
+    (`device`, `device_ms`: the events' time, which the host's load does not move), and the wall-clock cross-check."""
+
     stats: TimeStats
     wall: TimeStats
     ms: list[float]
+    device: TimeStats
+    device_ms: list[float]
 
     @classmethod
     def of(cls, reply: dict) -> Measurement:
-        return cls(TimeStats.of(reply["ms"]), TimeStats.of(reply["wall_ms"]), list(reply["ms"]))
+        device_ms = list(reply.get("event_ms", reply["ms"]))
+        return cls(
+            TimeStats.of(reply["ms"]),
+            TimeStats.of(reply["wall_ms"]),
+            list(reply["ms"]),
+            TimeStats.of(device_ms),
+            device_ms,
+        )
 
     def to_dict(self, with_samples: bool = False) -> dict:
-        d = {"event_ms": asdict(self.stats), "wall_ms": asdict(self.wall)}
+        d = {"event_ms": asdict(self.stats), "device_ms": asdict(self.device), "wall_ms": asdict(self.wall)}
         if with_samples:
             d["samples_ms"] = self.ms
+            d["device_samples_ms"] = self.device_ms
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Measurement:
-        return cls(TimeStats(**d["event_ms"]), TimeStats(**d["wall_ms"]), list(d.get("samples_ms", [])))
+        stats = TimeStats(**d["event_ms"])
+        return cls(
+            stats,
+            TimeStats(**d["wall_ms"]),
+            list(d.get("samples_ms", [])),
+            TimeStats(**d.get("device_ms", d["event_ms"])),
+            list(d.get("device_samples_ms", d.get("samples_ms", []))),
+        )
 
 
 @dataclass

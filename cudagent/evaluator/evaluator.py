@@ -55,10 +55,9 @@ class EvalOptions:
     # Host memory the candidate's process tree may hold; None: half the machine's.
     memory_limit_bytes: int | None = None
     # Fork candidate processes from a zygote that has imported torch (zygote.py), and set CUPTI up while the build
-    # runs, instead of starting each process anew. Experimental, off unless CUDAGENT_FORK_SERVER=1: on the H100 it
-    # makes an iteration 5.5x faster than the naive cycle (3.5x without), but one of twelve timing tests then saw a
-    # baseline slower beside a correct candidate than alone (benchmarks/results/eval_cycle-fork-server-attempt.log).
-    fork_server: bool = field(default_factory=lambda: os.environ.get("CUDAGENT_FORK_SERVER") == "1")
+    # runs, instead of starting each process anew: on the H100 an iteration is about 5x faster than the naive cycle
+    # with it. CUDAGENT_FORK_SERVER=0 starts every process anew.
+    fork_server: bool = field(default_factory=lambda: os.environ.get("CUDAGENT_FORK_SERVER") != "0")
 
 
 class Evaluator:

@@ -10,14 +10,15 @@ median of at least 100 samples and 0.5 s; measure.py). Then the numbers are chec
 - the summed kernel time of all streams against the event time (TIMING_KERNELS_OUTSIDE_EVENTS);
 - the physical floor: under half of it is impossible (TIMING_BELOW_FLOOR); over 10x eager is flagged.
 
-A tier of 2 or 3 is then confirmed by interleaved rounds (candidate, eager, compile, ...); the reference worker's
-times in those rounds must match its clean cached ones, or the candidate's process interfered
-(BASELINE_INTERFERENCE; on the CPU, where any other program's load does the same, the tier drops to 1 instead).
+A tier of 2 or 3 is then confirmed by interleaved rounds (candidate, eager, compile, ...). The candidate's process
+interfered (BASELINE_INTERFERENCE; on the CPU, where any other program's load does the same, the tier drops to 1
+instead) if it used CPU time while the baselines ran, or if a baseline's device time was slower beside it than alone.
 """
 
 from __future__ import annotations
 
 import secrets
+import time
 from dataclasses import asdict, dataclass, field
 
 from cudagent.evaluator.baselines import Baseline, BaselineError, Baselines, Measurement
@@ -41,6 +42,10 @@ CONFIRM_PLAN = Plan(min_samples=20, min_seconds=0.02, max_samples=200, warmup_ca
 # A baseline this much slower beside the candidate than alone means interference. CPU timings on a small shared
 # machine swing far more than a GPU's, so the CPU gets more room.
 INTERFERENCE = {"cuda": 1.15, "cpu": 1.5}
+# The candidate's process has nothing to do while the baselines run beside it; CPU time it uses then (a spinning
+# thread, a helper process) is interference with the baselines' host side.
+IDLE_CPU_FLOOR_S = 0.05
+IDLE_CPU_SHARE = 0.2
 STALE = 1.1  # a cached baseline this much slower than in short interleaved rounds was measured in bad conditions
 OVER_EAGER_FLAG = 10.0
 
@@ -227,6 +232,8 @@ class Profiler:
 
     def _confirm(self, child: ChildProcess, baselines: dict, v: Verdict) -> None:
         samples: dict[str, list[float]] = {"candidate": [], "eager": [], "compile": []}
+        device: dict[str, list[float]] = {"eager": [], "compile": []}
+        idle_cpu_s = baseline_s = 0.0  # the candidate's process's CPU time while the baselines ran, and their time
         try:
             for _ in range(CONFIRM_ROUNDS):
                 reply = child.request(
@@ -238,31 +245,59 @@ class Profiler:
                 samples["candidate"] += reply["ms"]
                 for t in ("eager", "compile"):
                     if baselines[t]:
-                        samples[t] += self.baselines.measure(t, CONFIRM_PLAN).ms
+                        cpu0, t0 = child.cpu_seconds(), time.monotonic()
+                        m = self.baselines.measure(t, CONFIRM_PLAN)
+                        baseline_s += time.monotonic() - t0
+                        idle_cpu_s += child.cpu_seconds() - cpu0
+                        samples[t] += m.ms
+                        device[t] += m.device_ms
         except BaselineError as exc:
             v.notes.append(f"the interleaved confirmation could not run ({exc}); tier kept at 1")
             v.tier = 1
             return
         med = {t: TimeStats.of(xs).median if xs else None for t, xs in samples.items()}
         tier = reward_tier(v.correct, med["candidate"], med["eager"], med["compile"], self.margin)
-        self.detail["confirmation"] = {"rounds": CONFIRM_ROUNDS, "median_ms": med, "tier": tier}
+        self.detail["confirmation"] = {
+            "rounds": CONFIRM_ROUNDS,
+            "median_ms": med,
+            "tier": tier,
+            "candidate_cpu_s_while_baselines_ran": idle_cpu_s,
+            "baselines_s": baseline_s,
+        }
         self.confirmed_tier = tier
+        if idle_cpu_s > max(IDLE_CPU_FLOOR_S, IDLE_CPU_SHARE * baseline_s):
+            self._interfered(
+                v,
+                f"the candidate's process used {idle_cpu_s:.2f} s of CPU time while the baselines ran beside it "
+                f"for {baseline_s:.2f} s, when it had nothing to do",
+            )
+            return
         for t in ("eager", "compile"):
-            clean = baselines[t].measurement.stats.median if baselines[t] else None
-            if clean and med[t] and med[t] > INTERFERENCE[self.device.kind] * clean:
-                self.suspects[t] = med[t]
-            elif clean and med[t] and med[t] * STALE < clean:
+            if not (baselines[t] and device[t]):
+                continue
+            beside = TimeStats.of(device[t]).median
+            if beside > INTERFERENCE[self.device.kind] * baselines[t].measurement.device.median:
+                self.suspects[t] = beside
+            elif med[t] * STALE < baselines[t].measurement.stats.median:
                 self.stale.append(t)
         if tier < v.tier:
             v.notes.append(f"the interleaved confirmation measured tier {tier}, not {v.tier}; tier {tier} granted")
             v.tier = tier
 
+    def _interfered(self, v: Verdict, what: str) -> None:
+        if self.device.is_cuda:
+            v.reject("BASELINE_INTERFERENCE", f"[confirmation] {what}")
+        else:  # on a shared CPU, other programs' load does this as readily as any candidate could
+            v.notes.append(f"{what}: on the CPU that may be other load; no speedup is vouched for, tier 1")
+            v.tier = min(v.tier, 1)
+
     def settle(self, v: Verdict) -> None:
         """Judge suspected interference once the candidate's process is gone, like for like.
 
-        Short interleaved rounds run slower than one long clean measurement (clocks ramp between rounds), so a
-        suspect baseline is re-measured alone in the same rounds. Only a baseline that was slower beside the
-        candidate than alone, round for round, was slowed by it.
+        A baseline's device time (its events' time, which the host's load does not move) is compared: short
+        interleaved rounds can run slower than one long clean measurement (clocks ramp between rounds), so a suspect
+        baseline is re-measured alone in the same rounds, and only one slower beside the candidate than alone, round
+        for round, was slowed by it. The host's side is judged by the candidate's own CPU time (`_confirm`).
         """
         if not v.correct:
             return
@@ -271,23 +306,19 @@ class Profiler:
         for t, beside in self.suspects.items():
             try:
                 alone = TimeStats.of(
-                    [x for _ in range(CONFIRM_ROUNDS) for x in self.baselines.measure(t, CONFIRM_PLAN).ms]
+                    [x for _ in range(CONFIRM_ROUNDS) for x in self.baselines.measure(t, CONFIRM_PLAN).device_ms]
                 ).median
             except BaselineError as exc:
                 v.notes.append(f"the {t} baseline could not be re-measured ({exc}); tier kept at 1")
                 v.tier = min(v.tier, 1)
                 continue
-            self.detail.setdefault("confirmation", {}).setdefault("alone_ms", {})[t] = alone
+            self.detail.setdefault("confirmation", {}).setdefault("alone_device_ms", {})[t] = alone
             if beside > INTERFERENCE[self.device.kind] * alone:
-                what = (
-                    f"the {t} baseline ran at {beside:.4f} ms beside the candidate's process "
-                    f"but at {alone:.4f} ms alone"
+                self._interfered(
+                    v,
+                    f"the {t} baseline's kernels took {beside:.4f} ms beside the candidate's process "
+                    f"but {alone:.4f} ms alone",
                 )
-                if self.device.is_cuda:
-                    v.reject("BASELINE_INTERFERENCE", f"[confirmation] {what}")
-                else:  # on a shared CPU, other programs' load does this as readily as any candidate could
-                    v.notes.append(f"{what}: on the CPU that may be other load; no speedup is vouched for, tier 1")
-                    v.tier = min(v.tier, 1)
                 return
 
     def _refresh_stale(self, v: Verdict) -> None:

@@ -20,7 +20,17 @@ import time
 
 from cudagent.evaluator.wire import DEFAULT_MAX_FRAME, Channel, ChannelClosed, ChannelTimeout, FrameTooLarge
 from cudagent.evaluator.zygote import Zygote, ZygoteGone
-from cudagent.procs import BoundedOutput, Limits, Watchdog, drain, gib, kill_group, physical_memory_bytes
+from cudagent.procs import (
+    BoundedOutput,
+    Limits,
+    Watchdog,
+    cpu_seconds,
+    drain,
+    gib,
+    kill_group,
+    physical_memory_bytes,
+    process_tree,
+)
 from cudagent.resources import PACKAGE_DIR
 
 PASS_THROUGH_ENV = (
@@ -212,6 +222,10 @@ class ChildProcess:
         return ChildFailure(
             "CRASHED", f"the candidate's process exited with status {code} during {what}", self.output.text()
         )
+
+    def cpu_seconds(self) -> float:
+        """CPU time the child and everything it started have used so far."""
+        return cpu_seconds(process_tree(self.proc.pid)) if self.proc is not None else 0.0
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
