@@ -77,6 +77,8 @@ def ours(task: str, scratch: Path) -> dict:
         "time_ms": last.time_ms,
         "candidate_samples": last.timing["targets"]["candidate"]["event_ms"]["samples"],
         "trials": len(last.trials),
+        "confirmations": [v.timing.get("confirmation") for v in verdicts],
+        "notes": last.notes,
     }
 
 
