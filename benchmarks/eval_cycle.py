@@ -5,7 +5,11 @@ For each task: a fresh workspace with the example's CUDA solution. Ours: one col
 baselines, device peaks), then ITERATIONS rounds of "append a line to a .cu file, evaluate with timing". Naive: the
 same edit, then a full rebuild, a verification process and a profiling process, ITERATIONS times.
 
-    python benchmarks/eval_cycle.py [--out benchmarks/results/eval_cycle.json]
+    python benchmarks/eval_cycle.py [--out benchmarks/results/eval_cycle.json] [--naive-from EARLIER.json ...]
+
+--naive-from takes each task's naive figures from earlier results files (the smallest of them, so the speedup is
+the least favourable) instead of measuring them again: the naive cycle runs none of cudagent's code, so it only
+needs measuring again on a different machine or software stack.
 
 Writes per-task figures and `speedup`: naive time per iteration over ours, the smallest of the tasks. Needs a GPU.
 """
@@ -108,13 +112,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "eval_cycle.json"))
     parser.add_argument("--tasks", default=",".join(TASKS))
+    parser.add_argument("--naive-from", nargs="*", default=[], help="earlier results whose naive figures to reuse")
     args = parser.parse_args()
     import torch
 
+    earlier = [json.loads(Path(p).read_text()) for p in args.naive_from]
     results = {}
     with tempfile.TemporaryDirectory(prefix="eval-cycle-") as tmp:
         for task in args.tasks.split(","):
-            n = naive(task, Path(tmp))
+            if earlier:
+                n = min((e["tasks"][task]["naive"] for e in earlier), key=lambda x: x["per_iteration_s"])
+                n = {**n, "reused_from": [str(p) for p in args.naive_from]}
+            else:
+                n = naive(task, Path(tmp))
             o = ours(task, Path(tmp))
             results[task] = {"naive": n, "ours": o, "speedup": n["per_iteration_s"] / o["per_iteration_s"]}
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -87,8 +87,8 @@ def test_a_stale_cached_baseline_is_measured_again(tmp_path):
 
 def test_a_candidate_busy_while_the_baselines_run_is_not_vouched_for(tmp_path, monkeypatch):
     """A process the candidate leaves spinning uses CPU time while the baselines run beside it: on the CPU the tier
-    drops to 1 (on CUDA it is rejected: tests/adversarial/cases/timing_cpu_hog). The static audit, which would refuse
-    the subprocess import, is off to show the timing defense on its own."""
+    drops to 1 (on CUDA the same finding rejects it, see the next test). The static audit, which would refuse the
+    subprocess import, is off to show the timing defense on its own."""
     import shutil
 
     from cudagent.evaluator import EvalOptions, Evaluator
@@ -102,14 +102,27 @@ def test_a_candidate_busy_while_the_baselines_run_is_not_vouched_for(tmp_path, m
     def evaluate(case: str):
         ws = Workspace.create(tmp_path / case, task.source)
         shutil.copytree(ROOT / "tests/adversarial/kernels/cpu", ws.kernels_dir, dirs_exist_ok=True)
-        shutil.copy(ROOT / f"tests/adversarial/cases/{case}/model_new.py", ws.model_new_py)
+        shutil.copy(ROOT / f"tests/{case}/model_new.py", ws.model_new_py)
         with Evaluator(task, resolve_device("cpu"), EvalOptions(audit_static=False)) as evaluator:
             return evaluator.evaluate(ws)
 
-    assert evaluate("control_inplace_on_own_output").correct
+    assert evaluate("adversarial/cases/control_inplace_on_own_output").correct
     # Cached baselines far slower than the candidate, so that it reaches the interleaved confirmation.
     _slow_down_cached_baselines(tmp_path / "cache", 50)
-    verdict = evaluate("timing_cpu_hog")
+    verdict = evaluate("candidates/cpu_hog")
     assert verdict.correct and verdict.tier == 1, verdict.summary()
     assert any("of CPU time while the baselines ran" in n for n in verdict.notes), verdict.notes
     assert verdict.timing["confirmation"]["candidate_cpu_s_while_baselines_ran"] > 0.05
+
+
+def test_interference_rejects_on_cuda_and_lowers_the_tier_on_the_cpu():
+    from cudagent.evaluator.profile import Profiler
+    from cudagent.evaluator.verdict import Verdict
+    from cudagent.hardware import DeviceInfo
+
+    for kind, rejected in (("cuda", True), ("cpu", False)):
+        profiler = Profiler.__new__(Profiler)
+        profiler.device = DeviceInfo(kind=kind, name="test", torch_version="test")
+        v = Verdict(correct=True, tier=3)
+        profiler._interfered(v, "the candidate's process used 0.40 s of CPU time while the baselines ran")
+        assert (not v.correct and "BASELINE_INTERFERENCE" in v.codes) if rejected else (v.correct and v.tier == 1)

@@ -1,3 +1,5 @@
+"""A candidate that, once being timed, leaves a process spinning on a CPU core (tests/test_profile.py)."""
+
 import subprocess
 import sys
 
