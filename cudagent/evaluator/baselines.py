@@ -47,7 +47,7 @@ class Measurement:
 
     @classmethod
     def of(cls, reply: dict) -> Measurement:
-        device_ms = list(reply.get("event_ms", reply["ms"]))
+        device_ms = list(reply.get("device_ms", reply["ms"]))
         return cls(
             TimeStats.of(reply["ms"]),
             TimeStats.of(reply["wall_ms"]),
@@ -65,9 +65,8 @@ class Measurement:
 
     @classmethod
     def from_dict(cls, d: dict) -> Measurement:
-        stats = TimeStats(**d["event_ms"])
         return cls(
-            stats,
+            TimeStats(**d["event_ms"]),
             TimeStats(**d["wall_ms"]),
             list(d.get("samples_ms", [])),
             TimeStats(**d.get("device_ms", d["event_ms"])),

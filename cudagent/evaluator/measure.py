@@ -61,7 +61,7 @@ def flush_buffer(device: torch.device, nbytes: int) -> torch.Tensor:
 def measure(call, n_sets: int, device: torch.device, plan: Plan, before_sample=None) -> dict:
     """Time `call(k)` (k = input set index) per the plan.
 
-    Returns per-sample times (`ms`), the device and host parts of each (`event_ms`, `host_ms`), wall times for the
+    Returns per-sample times (`ms`), the device and host parts of each (`device_ms`, `host_ms`), wall times for the
     cross-check (`wall_ms`), wall times of whole iterations (`loop_ms`, lead and flush included), how many samples
     the lead did not cover, and the outputs kept for re-checking. `before_sample(i)`, if given, runs before sample
     i's flush (outside the timed region): the parent uses it to change an input set's contents in place at secret
@@ -78,7 +78,7 @@ def measure(call, n_sets: int, device: torch.device, plan: Plan, before_sample=N
             warm_host.append((time.perf_counter() - t) * 1e3)
             sync()
         sample = _CudaSample(flush, _lead_cycles(warm_host)) if cuda else _CpuSample(flush)
-        result = {"ms": [], "event_ms": [], "host_ms": [], "wall_ms": [], "loop_ms": [], "uncovered": 0}
+        result = {"ms": [], "device_ms": [], "host_ms": [], "wall_ms": [], "loop_ms": [], "uncovered": 0}
         kept, recheck = {}, set(plan.recheck)
         began = time.perf_counter()
         i = 0
@@ -89,7 +89,7 @@ def measure(call, n_sets: int, device: torch.device, plan: Plan, before_sample=N
             t_loop = time.perf_counter()
             out, event, host, wall, covered = sample(call, k)
             result["ms"].append(max(event, host) if covered else event)
-            result["event_ms"].append(event)
+            result["device_ms"].append(event)
             result["host_ms"].append(host)
             result["wall_ms"].append(wall)
             result["loop_ms"].append((time.perf_counter() - t_loop) * 1e3)
