@@ -16,8 +16,8 @@ from pathlib import Path
 
 
 def run(args) -> dict:
-    from cudagent.bench.nullcheck import null_candidates
     from cudagent.evaluator import EvalOptions, Evaluator
+    from cudagent.evaluator.nullcheck import null_candidates
     from cudagent.hardware import resolve_device
     from cudagent.task import load_task, validate_task
     from cudagent.workspace import resolve_candidate, workspace_for
@@ -32,7 +32,7 @@ def run(args) -> dict:
         return {**out, **_optimize(args, device)}
     if args.solution is None:
         return {**out, "correct": False, "tier": -1, "error": "no solution for this task", "missing": True}
-    with Evaluator(task, device, EvalOptions()) as evaluator:
+    with Evaluator(task, device, EvalOptions(), null_candidates=out["null_candidates"]) as evaluator:
         verdict = evaluator.evaluate(workspace_for(resolve_candidate(Path(args.solution)), task.source))
     v = verdict.to_dict()
     keep = (

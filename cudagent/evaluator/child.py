@@ -19,8 +19,9 @@ import traceback
 
 import torch
 
+from cudagent.evaluator import isolation, measure, transforms, trees, wire
 from cudagent.evaluator import runtime_audit as audit
-from cudagent.evaluator.measure import Plan, measure
+from cudagent.evaluator.measure import Plan
 from cudagent.evaluator.trees import tensors
 from cudagent.evaluator.wire import Channel, ChannelClosed
 
@@ -55,7 +56,10 @@ class Harness:
     # ----- dispatch ----------------------------------------------------------------------------------------
 
     def serve(self) -> None:
-        self.ch.send({"op": "hello", "pid": os.getpid(), "torch": torch.__version__})
+        # Taken before any candidate code is loaded, and held only in this frame: the check is bound here, so
+        # replacing Sentinel.changed afterwards changes nothing.
+        changed = audit.Sentinel(_harness_modules()).changed
+        self.ch.send({"op": "hello", "pid": os.getpid(), "torch": torch.__version__, "isolation": isolation.status()})
         while True:
             try:
                 msg = self.ch.recv(max_bytes=1 << 42)  # the parent is trusted: no limit
@@ -76,7 +80,21 @@ class Harness:
                 return
             except Exception as exc:
                 reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": _trace(exc), "stage": op}
-            self.ch.send(reply)
+            tampered = changed()
+            if tampered:
+                reply["tampered"] = tampered
+            try:
+                self.ch.send(reply)
+            except Exception as exc:  # noqa: BLE001  (an output whose own code raised while being read)
+                self.ch.send(
+                    {
+                        "ok": False,
+                        "stage": op,
+                        "unsendable": True,
+                        "error": f"the result could not be sent back: {type(exc).__name__}: {exc}",
+                        **({"tampered": tampered} if tampered else {}),
+                    }
+                )
 
     def _use_device(self, name: str) -> None:
         self.device = torch.device(name)
@@ -122,14 +140,7 @@ class Harness:
         reply = self.op_load_state(msg)
         if not reply.get("ok", True):
             return reply
-        libraries = audit.own_libraries(roots)
-        symbols = audit.library_symbols(libraries) if libraries else (set(), set())
-        reply = {"libraries": libraries, "symbols_known": symbols is not None}
-        if symbols is not None:
-            reply["defined"] = sorted(symbols[0])
-            reply["imported"] = sorted(s for s in symbols[1] if s.startswith(("cublas", "cudnn")))
-        reply["reference_imported"] = "model" in sys.modules
-        return reply
+        return {"libraries": audit.own_libraries(roots), "reference_imported": "model" in sys.modules}
 
     def op_load_state(self, msg: dict) -> dict:
         try:
@@ -151,42 +162,31 @@ class Harness:
         before = [x.detach().clone() for x in inputs]
         audit.poison_free_memory(list(msg.get("poison_nbytes", [])), self.device)
         self._sync()
-        recorder = audit.OpRecorder()
-        kernels, caller_stream = None, None
-
-        def forward():
-            with torch.no_grad(), recorder:
-                return self.model(*inputs)
-
-        try:
-            if msg.get("observe_kernels") and self.device.type == "cuda":
-                out, kernels, caller_stream = audit.observe_kernels(forward, self.device)
-            else:
-                out = forward()
-        except Fatal:
-            raise
-        except BaseException as exc:
-            self._sync()
+        record = audit.record_call(lambda: self.model(*inputs), self.device, bool(msg.get("observe_kernels")))
+        self._sync()
+        observed = {
+            **record.report(),
+            "python_threads": 1 + audit.other_threads(),
+            "reference_imported": "model" in sys.modules,
+        }
+        if record.error is not None:
+            if isinstance(record.error, Fatal):
+                raise record.error
+            exc = record.error
             return {
                 "ok": False,
                 "stage": "forward",
                 "error": f"{type(exc).__name__}: {exc}",
                 "trace": _trace(exc),
-                "disallowed_ops": dict(recorder.disallowed),
+                **observed,
             }
-        self._sync()
-        launch_error = audit.cuda_last_error() if self.device.type == "cuda" else None
+        out = record.result
         reply = {
             "outputs": out,
-            "ops": dict(recorder.counter),
-            "disallowed_ops": dict(recorder.disallowed),
-            "kernels": kernels,
-            "caller_stream": caller_stream,
-            "launch_error": launch_error,
+            **observed,
+            "launch_error": audit.cuda_last_error() if self.device.type == "cuda" else None,
             "aliasing": self._aliasing(out),
             "mutated_inputs": [i for i, (a, b) in enumerate(zip(before, inputs)) if not _bitwise_equal(a, b)],
-            "python_threads": 1 + audit.other_threads(),
-            "reference_imported": "model" in sys.modules,
         }
         self.last_outputs = out
         return reply
@@ -216,28 +216,26 @@ class Harness:
         return self.targets[name]
 
     def op_time(self, msg: dict) -> dict:
-        """Time a target over the input sets (rotated); keep the outputs of some samples for re-checking."""
+        """Time a target over the input sets (rotated), each call on contents never seen before; keep the outputs
+        of a few samples, chosen after the fact, for the parent to check."""
         audit.await_profiler_warmup()
         if msg.get("inputs") is not None:
             self.timing_sets = [[_to(x, self.device) for x in s] for s in msg["inputs"]]
+            self.pristine = [[x.clone() for x in s] for s in self.timing_sets]
         sets, fn = self.timing_sets, self._target(msg.get("target"))
-        mutations = {int(i): new for i, new in (msg.get("mutations") or {}).items()}
+        change = None
+        if msg.get("transform") is not None:
+            specs = [transforms.InputSpec.from_list(items) for items in msg["transform"]["specs"]]
+            stream = transforms.ParamStream(int(msg["transform"]["seed"]))
 
-        def before_sample(i: int) -> None:
-            if i in mutations:  # new contents in the same buffers, as the parent chose them
+            def change(call: int, k: int) -> None:
+                draws = stream.next(len(sets[k]))  # calls come in order: the parent replays the same stream
                 with torch.no_grad():
-                    for buf, new in zip(sets[i % len(sets)], mutations[i]):
-                        buf.copy_(new)
+                    specs[k].apply(self.pristine[k], draws, out=sets[k])
 
-        result = measure(
-            lambda k: fn(*sets[k]),
-            len(sets),
-            self.device,
-            Plan.from_dict(msg["plan"]),
-            before_sample if mutations else None,
-        )
+        result = measure.measure(lambda k: fn(*sets[k]), len(sets), self.device, Plan.from_dict(msg["plan"]), change)
         self._sync()
-        kept = {str(i): {"set": k, "outputs": o} for i, (k, o) in result.pop("kept").items()}
+        kept = {str(c): {"set": k, "outputs": o} for c, (k, o) in result.pop("kept").items()}
         return {**result, "kept": kept}
 
     def op_kernels(self, msg: dict) -> dict:
@@ -287,6 +285,11 @@ class Harness:
         return {"peaks": measure_peaks(self.device)}
 
 
+def _harness_modules() -> list:
+    """The modules whose code decides what this process reports."""
+    return [sys.modules[__name__], audit, measure, transforms, trees, wire, isolation]
+
+
 def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
@@ -300,12 +303,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--warm-profiler", action="store_true", help="set the profiler up now, in the background")
+    parser.add_argument(
+        "--keep-privileges", action="store_true", help="keep capabilities (a profiler such as ncu needs them)"
+    )
     args = parser.parse_args(argv)
+    if not args.keep_privileges:
+        isolation.drop_privileges()  # before any candidate code: the evaluator's memory stays closed to it
     if args.device == "cuda":  # create the context now, while the parent is still busy (building, say)
         torch.cuda.init()
         torch.empty(1, device="cuda")
-        if args.warm_profiler:
-            audit.start_profiler_warmup()
+    if args.warm_profiler:
+        audit.start_profiler_warmup(cuda=args.device == "cuda")
     sock = socket.socket(fileno=args.fd)
     channel = Channel(sock)
     status = 0

@@ -39,6 +39,7 @@ CODES: dict[str, str] = {
     "SIDE_STREAM": "a kernel ran on a stream other than the caller's",
     "REFERENCE_ACCESS": "the candidate reached the reference model (import of model.py, subclassing Model)",
     "BACKGROUND_THREAD": "the candidate started threads (Python or native)",
+    "HARNESS_TAMPERED": "candidate code replaced or disabled part of the evaluator's harness in its process",
     # --- static audit: model_new.py ---
     "FORBIDDEN_IMPORT": "model_new.py imports a module that is not allowed",
     "TRY_EXCEPT": "try/except in model_new.py (a fallback path hides failures)",
@@ -58,8 +59,9 @@ CODES: dict[str, str] = {
     "PRIVATE_TORCH_API": "torch._C, torch.ops.aten and other private or dispatcher-level torch APIs",
     "TIMING_AWARE": "code that reads timers or profiles itself",
     # --- static audit: kernels ---
-    "KERNEL_TORCH_COMPUTE": "a kernel source calls a PyTorch compute function (at::/torch::)",
-    "KERNEL_DISPATCH_BYPASS": "a kernel source calls ATen below the dispatcher or disables dispatch keys",
+    "KERNEL_TORCH_COMPUTE": "a kernel source (or the compiled extension's symbols) calls a PyTorch compute function",
+    "KERNEL_DISPATCH_BYPASS": "a kernel source (or the compiled extension's symbols) calls ATen below the "
+    "dispatcher or changes dispatch state",
     "KERNEL_STREAM": "a kernel source creates or switches CUDA streams",
     "KERNEL_THREAD": "a kernel source starts threads",
     "KERNEL_STATIC_CACHE": "a kernel source keeps a static container (a cache keyed by pointers or contents)",
@@ -69,8 +71,10 @@ CODES: dict[str, str] = {
     "KERNEL_TIMING": "a kernel source reads timers or profiles itself",
     "KERNEL_LOAD_HOOK": "a kernel source runs code at load or exit (constructor attributes, atexit)",
     "KERNEL_DEVICE_STATE": "a kernel source resets or reconfigures the device",
-    "KERNEL_THIRD_PARTY": "a kernel source includes a library other than CUDA, cuBLAS, cuDNN, torch and the C++ "
-    "standard library",
+    "KERNEL_THIRD_PARTY": "a kernel source includes or links a library other than CUDA, cuBLAS, cuDNN, torch and the "
+    "C++ standard library",
+    "KERNEL_EMBEDS_PYTHON": "a kernel source calls into Python (pybind11 import/eval/exec/attr, the Python C API)",
+    "KERNEL_FORBIDDEN_SYMBOL": "the compiled extension links against a function outside the API kernels may use",
     # --- infrastructure ---
     "INFRA_TAMPERED": "the candidate changed the workspace's fixed files during evaluation",
     # --- timing integrity ---

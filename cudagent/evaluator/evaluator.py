@@ -1,11 +1,12 @@
 """The trusted evaluator: static audits, build, trials in a child process, honest timing, verdict.
 
-    audit ─ build ─ (baselines, peaks and task cost, before any candidate process exists)
+    audit ─ build ─ link audit ─ (baselines, peaks and task cost, before any candidate process exists)
           ─ child: load, trials (verify.py), timing and its checks (profile.py) ─ tampering check ─ tier
 
 The reference lives only here, in the parent: fresh secret seeds for weights and inputs every evaluation, its
-outputs computed here and never sent anywhere. An Evaluator serves one task on one device and keeps a clean
-reference worker alive for its whole life; use it as a context manager (or call close()).
+outputs computed here, after the candidate's, and never sent anywhere; this process is non-dumpable and the
+candidate's process holds no capabilities (isolation.py). An Evaluator serves one task on one device and keeps a
+clean reference worker alive for its whole life; use it as a context manager (or call close()).
 """
 
 from __future__ import annotations
@@ -18,11 +19,15 @@ import time
 from dataclasses import dataclass, field
 
 from cudagent.build import DEFAULT_BUILD_TIMEOUT_S, BuildResult, build_workspace, summarize_compiler_output
+from cudagent.evaluator import isolation
 from cudagent.evaluator.baselines import Baselines
 from cudagent.evaluator.compare import Tolerance
+from cudagent.evaluator.judge import Extension
 from cudagent.evaluator.kernel_scan import scan_files
+from cudagent.evaluator.link_audit import audit_library, baseline_symbols, inspect_library
 from cudagent.evaluator.measure import Plan
 from cudagent.evaluator.ncu import ncu_summary
+from cudagent.evaluator.nullcheck import null_candidates
 from cudagent.evaluator.peaks import device_peaks
 from cudagent.evaluator.profile import Profiler
 from cudagent.evaluator.roofline import task_cost
@@ -63,10 +68,20 @@ class EvalOptions:
 class Evaluator:
     """Evaluates candidates for one task on one device. Validates the task once, when constructed."""
 
-    def __init__(self, task: Task, device: DeviceInfo, options: EvalOptions | None = None):
+    def __init__(
+        self,
+        task: Task,
+        device: DeviceInfo,
+        options: EvalOptions | None = None,
+        null_candidates: list[str] | None = None,
+    ):
+        """null_candidates: the task's null-candidate check if the caller already ran it (bench does)."""
         self.task, self.device = task, device
         self.options = options or EvalOptions()
         validate_task(task, device.kind)
+        isolation.protect_this_process()
+        self._nulls = null_candidates
+        self._link_baseline: frozenset[str] | None = None
         self.baselines = Baselines(task, device, self.options.compile_mode, self.options.plan)
         self._peaks = None
         self._cost = None
@@ -165,6 +180,7 @@ class Evaluator:
         v.seconds["audit"] = round(time.monotonic() - t0, 3)
         if v.violations:
             return self._finish(v, t0)
+        self._flag_degenerate(v)
         if timing:  # clean baselines first: no candidate process may exist while they are measured
             t1 = time.monotonic()
             self._prepare_timing()
@@ -174,7 +190,7 @@ class Evaluator:
             device=self.device.kind,
             memory_limit_bytes=self.options.memory_limit_bytes,
             zygote=self._fork_server(),
-            warm_profiler=self.options.fork_server,
+            warm_profiler=True,
         )
         child.spawn()  # the child creates its CUDA context and sets its profiler up while the build runs
         profiler = ref = None
@@ -185,10 +201,15 @@ class Evaluator:
             if not build.ok:
                 v.reject("BUILD_TIMEOUT" if build.timed_out else "BUILD_FAILED", build.errors or "the build failed")
                 return self._finish(v, t0)
+            extension = self._link_audit(ws, v)
+            if v.violations:
+                return self._finish(v, t0)
             t1 = time.monotonic()
             child.handshake()
             v.seconds["child_start"] = round(time.monotonic() - t1, 3)  # what the build did not hide
-            runner = TrialRunner(self.task, self.device, child, self.options.tolerance, self.options.call_timeout_s, v)
+            runner = TrialRunner(
+                self.task, self.device, child, self.options.tolerance, self.options.call_timeout_s, v, extension
+            )
             ref = runner.run(ws, self.options.stock_trials, self.options.build_timeout_s + 120)
             v.seconds["verify"] = round(time.monotonic() - t1, 3)
             if v.correct and timing and ref is not None:
@@ -211,6 +232,32 @@ class Evaluator:
             ws.ensure_infrastructure(self.task.source)
             v.reject("INFRA_TAMPERED", f"the candidate changed {', '.join(tampered)} while it ran (restored)")
         return self._finish(v, t0)
+
+    def _link_audit(self, ws: Workspace, v: Verdict) -> Extension | None:
+        """Read what the built shared objects define and link against; judge the latter (unless the static audits
+        are off). Every shared object under the candidate's build directory counts."""
+        t0 = time.monotonic()
+        libraries = [inspect_library(p) for p in sorted(ws.build_dir.rglob("*.so"))] if ws.build_dir.is_dir() else []
+        if self.options.audit_static and libraries:
+            if self._link_baseline is None:
+                self._link_baseline = baseline_symbols(self.device)
+            for lib in libraries:
+                for violation in audit_library(lib, _relative(lib.path, ws), self._link_baseline):
+                    v.reject(violation.code, violation.message)
+        v.seconds["link_audit"] = round(time.monotonic() - t0, 3)
+        return Extension.of(libraries) if libraries else None
+
+    def _flag_degenerate(self, v: Verdict) -> None:
+        """Null candidates (zeros, the mean, passthrough, a subsample) that pass this task under its stock inputs:
+        a correct verdict on such a task proves little. Computed once per evaluator, here in the trusted parent."""
+        if self._nulls is None:
+            self._nulls = null_candidates(self.task, self.device.kind, self.options.tolerance)
+        if self._nulls:
+            v.flags.append(
+                f"DEGENERATE_TASK: the null candidate(s) {', '.join(self._nulls)} pass this task under its stock "
+                "inputs (atol/rtol as set); a correct verdict here proves little, and timing uses inputs under a "
+                "secret scale and offset"
+            )
 
     def _ncu(self, ws: Workspace, ref, v: Verdict) -> None:
         inputs = self.task.make_inputs(secrets.randbits(62), self.device.kind)
@@ -249,6 +296,13 @@ class Evaluator:
             v.set_times(t["eager"], t["compile"], t["candidate"] if v.correct else None, self.options.margin)
         v.seconds["total"] = round(time.monotonic() - t0, 3)
         return v
+
+
+def _relative(path: str, ws: Workspace) -> str:
+    try:
+        return os.path.relpath(path, ws.root)
+    except ValueError:
+        return path
 
 
 def _tail(output: str, limit: int = 1500) -> str:

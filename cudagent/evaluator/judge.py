@@ -9,31 +9,56 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cudagent.evaluator.compare import Comparison, Tolerance, compare
-from cudagent.evaluator.runtime_audit import is_copy_or_memset, kernel_base_name
+from cudagent.evaluator.link_audit import LinkedLibrary, kernel_base_name
+from cudagent.evaluator.op_policy import disallowed
 from cudagent.evaluator.verdict import Violation
+
+# Modules a forward call may import (lazily, inside torch); any other import during a call is the candidate's.
+CALL_IMPORTS_ALLOWED = ("torch", "cuda_extension")
 
 
 @dataclass
 class Extension:
-    """What the child found out about the candidate's own compiled code when it loaded it."""
+    """The candidate's own compiled code, as the parent read it from the shared objects it built."""
 
     libraries: list[str] = field(default_factory=list)
-    defined: set[str] | None = None  # base names of functions the libraries define; None when unknown (no nm)
+    defined: set[str] | None = None  # base names of functions the libraries define; None: no compiled code
     uses_vendor_libraries: bool = False  # calls cuBLAS / cuDNN (allowed for GEMM and convolutions)
 
     @classmethod
-    def from_reply(cls, reply: dict) -> Extension:
-        defined = set(reply.get("defined", [])) if reply.get("symbols_known") else None
-        return cls(list(reply.get("libraries", [])), defined, bool(reply.get("imported")))
+    def of(cls, libraries: list[LinkedLibrary]) -> Extension:
+        defined = set().union(*(lib.defined for lib in libraries)) if libraries else None
+        vendor = any(s.startswith(("cublas", "cudnn")) for lib in libraries for s in lib.undefined)
+        return cls([lib.path for lib in libraries], defined, vendor)
+
+
+def judge_tampering(reply: dict, stage: str) -> list[Violation]:
+    """Harness code the candidate's process changed (any request's reply can carry it)."""
+    if not reply.get("tampered"):
+        return []
+    names = ", ".join(reply["tampered"][:5]) + (" ..." if len(reply["tampered"]) > 5 else "")
+    return [
+        Violation(
+            "HARNESS_TAMPERED",
+            f"[{stage}] the evaluator's own code in the candidate's process was replaced ({names}); candidate "
+            "code may not reach the harness",
+        )
+    ]
 
 
 def judge_failed_call(reply: dict, trial: str) -> list[Violation]:
-    """A call that raised (or a fatal CUDA error)."""
+    """A call that raised (or a fatal CUDA error), or whose result could not be sent."""
     err = str(reply.get("error", "unknown error")).strip()
-    found = []
-    if reply.get("disallowed_ops"):
-        found.append(_torch_ops(reply["disallowed_ops"], trial))
-    if reply.get("fatal"):
+    found = _judge_ops(reply, trial) + judge_tampering(reply, trial)
+    if reply.get("unsendable"):
+        found.append(
+            Violation(
+                "OUTPUT_TYPE",
+                f"[{trial}] {err}; forward must return plain torch.Tensor objects (or tuples and lists of them), "
+                "as the reference does",
+            )
+        )
+    elif reply.get("fatal"):
         found.append(
             Violation(
                 "CUDA_ERROR",
@@ -49,9 +74,7 @@ def judge_failed_call(reply: dict, trial: str) -> list[Violation]:
 def judge_call(
     reply: dict, expected, trial: str, tol: Tolerance, ext: Extension | None, cuda: bool
 ) -> tuple[list[Violation], Comparison]:
-    found: list[Violation] = []
-    if reply.get("disallowed_ops"):
-        found.append(_torch_ops(reply["disallowed_ops"], trial))
+    found = _judge_ops(reply, trial) + judge_tampering(reply, trial)
     if reply.get("launch_error"):
         found.append(
             Violation(
@@ -126,6 +149,47 @@ def _judge_kernels(
             )
         )
     return found
+
+
+def _judge_ops(reply: dict, trial: str) -> list[Violation]:
+    """What the op recorder, the all-thread profiler and the module table say about one call."""
+    found = []
+    computing = disallowed(reply.get("ops") or {})
+    if computing:
+        found.append(_torch_ops(computing, trial))
+    if reply.get("hidden_ops"):
+        listed = ", ".join(
+            f"{name} ({n}x)" for name, n in sorted(reply["hidden_ops"].items(), key=lambda kv: -kv[1])[:6]
+        )
+        found.append(
+            Violation(
+                "TORCH_OP_IN_FORWARD",
+                f"[{trial}] PyTorch compute ops ran where the op recorder could not see them: {listed}; ops on "
+                "other threads or with dispatch keys excluded count too. Implement these in kernels/",
+            )
+        )
+    events, calls = reply.get("mode_events"), reply.get("mode_calls")
+    if events is not None and calls is not None and events > calls:
+        found.append(
+            Violation(
+                "HARNESS_TAMPERED",
+                f"[{trial}] {events} op(s) reached a dispatch mode but the op recorder recorded {calls}: its "
+                "recording was disabled or replaced",
+            )
+        )
+    imported = [m for m in reply.get("imported") or [] if m.split(".")[0] not in CALL_IMPORTS_ALLOWED]
+    if imported:
+        found.append(
+            Violation(
+                "FORBIDDEN_IMPORT",
+                f"[{trial}] forward imported {', '.join(imported[:5])}; a forward call imports nothing",
+            )
+        )
+    return found
+
+
+def is_copy_or_memset(name: str) -> bool:
+    return name.startswith(("Memcpy", "Memset", "memcpy", "memset"))
 
 
 def _torch_ops(ops: dict, trial: str) -> Violation:

@@ -2,9 +2,10 @@
 
 Comments and string literals are blanked first (line numbers kept), so only code is judged. Rules name what the
 agent must not do in an extension: compute with ATen, go below the dispatcher, create streams or threads, keep
-static caches, run processes, touch files or the environment, read timers, hook load/exit, reset the device, or
-pull in libraries other than CUDA, cuBLAS and cuDNN. Tensor methods called from C++ (`x.sum()`) dispatch and are
-caught at run time instead.
+static caches, run processes, touch files or the environment, read timers, hook load/exit, call into Python, reset
+the device, or pull in libraries other than CUDA, cuBLAS and cuDNN. What a spelling can hide from a scan (tensor
+methods such as `x.sum()`, `using namespace at;`, a hand-declared `extern "C"` routine) is caught by the link audit
+of the built library (link_audit.py) and at run time.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ BYPASS_NAMESPACES = frozenset(
 BYPASS_NAMES = frozenset(
     "Dispatcher ExcludeDispatchKeyGuard IncludeDispatchKeyGuard AutoDispatchBelowAutograd "
     "AutoDispatchBelowADInplaceOrView AutoDispatchSkipFunctionalize tls_set_dispatch_key_excluded "
-    "tls_set_dispatch_key_included DispatchKeySet".split()
+    "tls_set_dispatch_key_included DispatchKeySet TorchDispatchModeTLS PythonDispatcherTLS PythonTorchFunctionTLS "
+    "ForceDispatchKeyGuard OperatorHandle TypedOperatorHandle".split()
 )
 COMPUTE_NAMESPACES = frozenset({"nn", "autograd", "linalg", "fft", "special", "functional"})
 THIRD_PARTY_INCLUDES = (
@@ -124,6 +126,16 @@ _RULES: list[tuple[str, re.Pattern, str]] = [
         "KERNEL_LOAD_HOOK",
         re.compile(r"__attribute__\s*\(\(\s*(constructor|destructor)|\b(atexit|at_quick_exit)\s*\("),
         "code may not run at load or exit; register bindings with REGISTER_BINDING only",
+    ),
+    (
+        "KERNEL_EMBEDS_PYTHON",
+        re.compile(
+            r"\b(?:py|pybind11)\s*::\s*(?:module_?\s*::\s*import|import|eval|exec|eval_file|globals|getattr|setattr|"
+            r"hasattr|delattr|reinterpret_borrow|reinterpret_steal|cpp_function|capsule|exec_file|builtins)\b|"
+            r"\.\s*(?:attr|import)\s*\(|\b_?Py[A-Z][A-Za-z]*_\w+\s*\(|\bTHP\w+\s*\("
+        ),
+        "an extension may not call into Python (import, eval, exec, attribute access, the Python C API); bind your "
+        "functions with m.def and compute in kernels",
     ),
     (
         "KERNEL_DEVICE_STATE",

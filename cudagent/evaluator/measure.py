@@ -15,6 +15,7 @@ Input sets rotate so no sample finds its inputs in cache. On the CPU: a host cac
 
 from __future__ import annotations
 
+import secrets
 import time
 from dataclasses import dataclass
 
@@ -39,13 +40,14 @@ class Plan:
     # clock check (profile.py) needs to know how long warm-up may take.
     warmup_calls: int = 10
     flush_bytes: int = 0  # 0: twice the device's L2 (CUDA) or CPU_FLUSH_BYTES
-    recheck: tuple[int, ...] = ()  # sample indices whose outputs are kept for the parent to check
+    # Outputs of this many samples, chosen uniformly over the whole loop after each sample ran (reservoir
+    # sampling from the operating system's randomness), are kept for the parent to check: which samples are
+    # checked is decided only once their output exists, so no call can know it will be checked.
+    keep: int = 0
 
     @classmethod
     def from_dict(cls, d: dict) -> Plan:
-        d = dict(d)
-        d["recheck"] = tuple(d.get("recheck", ()))
-        return cls(**d)
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
 def flush_buffer(device: torch.device, nbytes: int) -> torch.Tensor:
@@ -58,44 +60,47 @@ def flush_buffer(device: torch.device, nbytes: int) -> torch.Tensor:
     return torch.empty(nbytes // 4, dtype=torch.float32, device=device)
 
 
-def measure(call, n_sets: int, device: torch.device, plan: Plan, before_sample=None) -> dict:
+def measure(call, n_sets: int, device: torch.device, plan: Plan, before_call=None) -> dict:
     """Time `call(k)` (k = input set index) per the plan.
 
     Returns per-sample times (`ms`), the device and host parts of each (`device_ms`, `host_ms`), wall times for the
-    cross-check (`wall_ms`), wall times of whole iterations (`loop_ms`, lead and flush included), how many samples
-    the lead did not cover, and the outputs kept for re-checking. `before_sample(i)`, if given, runs before sample
-    i's flush (outside the timed region): the parent uses it to change an input set's contents in place at secret
-    points.
+    cross-check (`wall_ms`), wall times of whole iterations (`loop_ms`: lead, flush and input change included), how
+    many samples the lead did not cover, the number of warm-up calls, and the kept outputs as
+    {call index: (input set, outputs)}. `before_call(c, k)`, if given, runs before call c (warm-up calls counted)
+    on input set k, outside the timed region: the child uses it to give the set contents never seen before.
     """
     cuda = device.type == "cuda"
     flush = flush_buffer(device, plan.flush_bytes)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     with torch.no_grad():
         warm_host = []
-        for k in range(max(plan.warmup_calls, n_sets)):
+        warmup = max(plan.warmup_calls, n_sets)
+        for c in range(warmup):
+            if before_call is not None:
+                before_call(c, c % n_sets)
             t = time.perf_counter()
-            call(k % n_sets)
+            call(c % n_sets)
             warm_host.append((time.perf_counter() - t) * 1e3)
             sync()
         sample = _CudaSample(flush, _lead_cycles(warm_host)) if cuda else _CpuSample(flush)
         result = {"ms": [], "device_ms": [], "host_ms": [], "wall_ms": [], "loop_ms": [], "uncovered": 0}
-        kept, recheck = {}, set(plan.recheck)
+        result["warmup_calls"] = warmup
+        kept: dict[int, tuple] = {}
         began = time.perf_counter()
         i = 0
         while True:
-            k = i % n_sets
-            if before_sample is not None:
-                before_sample(i)
+            k = (warmup + i) % n_sets  # the set of call c is c % n_sets, warm-up calls counted
             t_loop = time.perf_counter()
+            if before_call is not None:
+                before_call(warmup + i, k)
             out, event, host, wall, covered = sample(call, k)
             result["ms"].append(max(event, host) if covered else event)
             result["device_ms"].append(event)
             result["host_ms"].append(host)
             result["wall_ms"].append(wall)
-            result["loop_ms"].append((time.perf_counter() - t_loop) * 1e3)
             result["uncovered"] += not covered
-            if i in recheck:
-                kept[i] = (k, _clone(out))
+            _reservoir(kept, plan.keep, i, warmup + i, k, out)
+            result["loop_ms"].append((time.perf_counter() - t_loop) * 1e3)
             del out
             i += 1
             elapsed = time.perf_counter() - began
@@ -105,6 +110,17 @@ def measure(call, n_sets: int, device: torch.device, plan: Plan, before_sample=N
                 break
     result["kept"] = kept
     return result
+
+
+def _reservoir(kept: dict, size: int, i: int, call_index: int, k: int, out) -> None:
+    """Keep sample i's output with probability size / (i + 1), in place of a random kept one (uniform over all)."""
+    if size <= 0:
+        return
+    if len(kept) < size:
+        kept[call_index] = (k, _clone(out))
+    elif secrets.randbelow(i + 1) < size:
+        del kept[secrets.choice(sorted(kept))]
+        kept[call_index] = (k, _clone(out))
 
 
 class _CudaSample:

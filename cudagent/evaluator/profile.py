@@ -2,9 +2,13 @@
 
 The candidate is timed inside its own child over input sets drawn here with secret seeds (rotated, L2 flushed,
 CUDA events on the caller's stream queued behind a GPU-side lead, each sample no less than the host's enqueue time,
-median of at least 100 samples and 0.5 s; measure.py). Then the numbers are checked:
+median of at least 100 samples and 0.5 s; measure.py). Before every call the set it uses gets contents never seen
+before: its pristine draw under a fresh scale and offset from a stream this process can replay (transforms.py), so
+no call can be answered from a memo, and the stock distribution a candidate might recognise never reaches it. Then
+the numbers are checked:
 
-- outputs of randomly chosen timed iterations are compared with the reference (TIMED_OUTPUT_MISMATCH);
+- the outputs of a few samples, chosen by the child only after each sample returned, are compared with the
+  reference on the same transformed inputs, computed here afterwards (TIMED_OUTPUT_MISMATCH);
 - the child's wall clock against its events, and this process's own clock against the samples the child
   reported (TIMING_WALL_MISMATCH): work outside the caller's stream, or patched timers;
 - the summed kernel time of all streams against the event time (TIMING_KERNELS_OUTSIDE_EVENTS);
@@ -23,14 +27,14 @@ from dataclasses import asdict, dataclass, field
 
 from cudagent.evaluator.baselines import Baseline, BaselineError, Baselines, Measurement
 from cudagent.evaluator.compare import Tolerance, compare
-from cudagent.evaluator.judge import Extension
+from cudagent.evaluator.judge import Extension, judge_tampering
+from cudagent.evaluator.link_audit import kernel_base_name
 from cudagent.evaluator.measure import INPUT_SETS, Plan
 from cudagent.evaluator.peaks import Peaks
 from cudagent.evaluator.roofline import TaskCost, achieved, floor_ms
-from cudagent.evaluator.runtime_audit import kernel_base_name
 from cudagent.evaluator.session import ChildProcess
+from cudagent.evaluator.transforms import InputSpec, ParamStream
 from cudagent.evaluator.trees import nbytes
-from cudagent.evaluator.trials import sparse_mutation
 from cudagent.evaluator.verdict import TimeStats, Verdict, reward_tier
 from cudagent.hardware import DeviceInfo
 from cudagent.task import Task
@@ -67,14 +71,15 @@ class Profiler:
     # run, which is never expected): measured again once the candidate's process is gone
     stale: list = field(default_factory=list)
     confirmed_tier: int | None = None
+    specs: list = field(default_factory=list)  # each timing set's InputSpec
 
     def run(self, child: ChildProcess, ref_model, ext: Extension | None, v: Verdict) -> None:
         """Time the candidate loaded in `child`; fill v.time_ms, speedups, tier and v.timing."""
         baselines = self.baselines.get()
         v.notes.extend(n for n in self.baselines.notes if n not in v.notes)
         sets = [self.task.make_inputs(secrets.randbits(62), self.device.kind) for _ in range(INPUT_SETS)]
-        expected = [self.task.run(ref_model, s) for s in sets]
-        meas = self._time(child, ref_model, sets, expected, v)
+        self.specs = [InputSpec.of(s) for s in sets]
+        meas = self._time(child, ref_model, sets, v)
         if meas is None or not v.correct:
             return
         kernels = self._kernels(child, meas, ext, v) if self.device.is_cuda else None
@@ -98,26 +103,18 @@ class Profiler:
 
     # ----- the measurement ------------------------------------------------------------------------------------
 
-    def _time(self, child: ChildProcess, ref_model, sets: list, expected: list, v: Verdict) -> Measurement | None:
-        # Secret samples whose outputs come back for checking; before each, a small block of its input set changes in
-        # place, so a candidate that memoizes the few rotating sets (by pointer or by sampled contents) is caught.
-        picks = tuple(sorted({secrets.randbelow(self.plan.min_samples) for _ in range(RECHECKS)}))
-        plan = Plan(**{**asdict(self.plan), "recheck": picks})
-        current, mutations, pick_expected = list(sets), {}, {}
-        for i in picks:
-            k = i % len(sets)
-            new, changed = sparse_mutation(current[k], secrets.randbits(62))
-            if changed:
-                current[k] = new
-                mutations[str(i)] = [x.cpu() for x in new]
-            pick_expected[i] = self.task.run(ref_model, current[k]) if changed else expected[k]
-        out_bytes = sum(nbytes(e) for e in expected)
+    def _time(self, child: ChildProcess, ref_model, sets: list, v: Verdict) -> Measurement | None:
+        plan = Plan(**{**asdict(self.plan), "keep": RECHECKS})
+        seed = secrets.randbits(62)
+        probe = self.task.run(ref_model, sets[0])  # output sizes only; the pristine sets are never timed as they are
+        out_bytes = nbytes(probe)
+        del probe
         reply, elapsed = child.timed_request(
             {
                 "op": "time",
                 "plan": asdict(plan),
                 "inputs": [[x.cpu() for x in s] for s in sets],
-                "mutations": mutations,
+                "transform": self._transform(seed),
             },
             timeout_s=max(300.0, 10 * plan.max_seconds),
             max_bytes=(64 << 20) + 2 * RECHECKS * out_bytes,
@@ -126,27 +123,17 @@ class Profiler:
         if not reply.get("ok", False):
             v.reject("FORWARD_RAISED", f"[timing] ModelNew.forward raised {reply.get('error')}")
             return None
-        kept = reply.get("kept", {})
-        if len(kept) != len(picks):
-            v.reject("TIMED_OUTPUT_MISMATCH", "[timing] the outputs kept for re-checking did not all come back")
-        for index, item in sorted(kept.items(), key=lambda kv: int(kv[0])):
-            i = int(index) if str(index).isdigit() else -1
-            result = compare(pick_expected[i], item["outputs"], self.tolerance) if i in pick_expected else None
-            if result is None or not result.ok:
-                why = result.violations[0].message if result else "the outputs came back mislabeled"
-                v.reject(
-                    "TIMED_OUTPUT_MISMATCH",
-                    f"[timing, sample {index}] {why}; outputs must stay right while being timed",
-                )
-                break
+        for f in judge_tampering(reply, "timing"):
+            v.reject(f.code, f.message)
+        self._recheck(reply.get("kept", {}), sets, seed, ref_model, v)
         meas = Measurement.of(reply)
         self._check_clocks(meas, reply, elapsed, plan, out_bytes, v)
         self.detail["protocol"] = {
             "input_sets": len(sets),
             "min_samples": plan.min_samples,
             "min_seconds": plan.min_seconds,
-            "rechecked_samples": list(picks),
-            "inputs_changed_before": sorted(int(i) for i in mutations),
+            "inputs_changed_before": "every call: the pristine set under a secret scale and offset",
+            "rechecked_calls": sorted(int(c) for c in reply.get("kept", {})),
             "l2_flush": "2x L2 per sample" if self.device.is_cuda else "32 MiB per sample",
             "sample": (
                 "max(device time between CUDA events queued behind a GPU-side lead, host enqueue time)"
@@ -155,6 +142,35 @@ class Profiler:
             ),
         }
         return meas
+
+    def _transform(self, seed: int) -> dict:
+        return {"seed": seed, "specs": [spec.to_list() for spec in self.specs]}
+
+    def _recheck(self, kept: dict, sets: list, seed: int, ref_model, v: Verdict) -> None:
+        """Replay the transform stream to each kept call, run the reference on those inputs, compare."""
+        if not kept:
+            v.reject("TIMED_OUTPUT_MISMATCH", "[timing] no timed output came back for checking")
+            return
+        stream = ParamStream(seed)
+        draws = {}
+        last = max(int(c) for c in kept) if all(str(c).isdigit() for c in kept) else -1
+        for c in range(last + 1):
+            k = c % len(sets)
+            draws[c] = (k, stream.next(len(sets[k])))
+        for index, item in sorted(kept.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else -1):
+            c = int(index) if str(index).isdigit() else -1
+            if c not in draws or draws[c][0] != item.get("set"):
+                v.reject("TIMED_OUTPUT_MISMATCH", "[timing] the outputs kept for re-checking came back mislabeled")
+                return
+            k, draw = draws[c]
+            expected = self.task.run(ref_model, self.specs[k].apply(sets[k], draw))
+            result = compare(expected, item["outputs"], self.tolerance)
+            if not result.ok:
+                v.reject(
+                    "TIMED_OUTPUT_MISMATCH",
+                    f"[timing, call {c}] {result.violations[0].message}; outputs must stay right while being timed",
+                )
+                return
 
     def _check_clocks(
         self, meas: Measurement, reply: dict, elapsed: float, plan: Plan, out_bytes: int, v: Verdict
@@ -237,7 +253,9 @@ class Profiler:
         try:
             for _ in range(CONFIRM_ROUNDS):
                 reply = child.request(
-                    {"op": "time", "plan": asdict(CONFIRM_PLAN)}, timeout_s=300, what="confirming the candidate's time"
+                    {"op": "time", "plan": asdict(CONFIRM_PLAN), "transform": self._transform(secrets.randbits(62))},
+                    timeout_s=300,
+                    what="confirming the candidate's time",
                 )
                 if not reply.get("ok", False):
                     v.reject("FORWARD_RAISED", f"[confirmation] ModelNew.forward raised {reply.get('error')}")

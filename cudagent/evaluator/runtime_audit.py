@@ -1,92 +1,234 @@
-"""What the child watches while the candidate's forward runs. Runs in the untrusted child.
+"""What the child watches while the candidate's forward runs. Runs in the untrusted child; the parent judges.
 
-- every aten op dispatched (from Python or from C++), through a TorchDispatchMode;
-- on CUDA, every kernel that ran and its stream, through the profiler (CUPTI), beside a marker kernel launched on
-  the caller's stream;
+- every operator dispatched on the calling thread, through a TorchDispatchMode (OpRecorder);
+- every operator dispatched on any thread, through the profiler's global callbacks (`profile_all_threads`), and
+  which of them never reached the dispatch mode: an operator run on an OpenMP worker, or while the mode was popped
+  or its dispatch key excluded, is recorded there and nowhere else (hidden ops);
+- on CUDA, every kernel that ran and its stream, beside a marker kernel launched on the caller's stream;
 - free device memory poisoned before the call, so an output that is never written holds NaN, not a stale answer;
-- launch errors nobody checked (cudaGetLastError).
+- launch errors nobody checked (cudaGetLastError);
+- the harness's own integrity: its functions, their code and its modules, compared after every request with what
+  they were before any candidate code was loaded (Sentinel).
 
-The child reports observations; the parent judges them (see `judge.py`).
+The child only records; op names are judged in the parent (op_policy.py, judge.py).
 """
 
 from __future__ import annotations
 
 import ctypes
-import re
-import shutil
-import subprocess
+import sys
 import threading
+import types
 from collections import Counter
+from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-# Ops that only allocate or initialize fresh memory, give views, or read metadata. Anything else computes.
-ALLOCATION_OPS = frozenset(
-    "empty empty_like empty_strided empty_permuted new_empty new_empty_strided zeros zeros_like new_zeros ones "
-    "ones_like new_ones full full_like new_full fill fill_ zero_ resize_ lift_fresh lift_fresh_copy "
-    "scalar_tensor".split()
-)
-VIEW_OPS = frozenset(
-    "view _unsafe_view _reshape_alias as_strided detach alias t transpose permute expand expand_as squeeze unsqueeze "
-    "select slice narrow split split_with_sizes chunk unbind unfold diagonal view_as view_as_real view_as_complex "
-    "real imag movedim flatten unflatten".split()
-)
-METADATA_OPS = frozenset(
-    "sym_size sym_stride sym_numel sym_storage_offset size stride numel dim is_contiguous is_same_size record_stream "
-    "_has_compatible_shallow_copy_type".split()
-)
-TORCH_NAMESPACES = frozenset({"aten", "prims", "quantized", "_quantized", "rngprims", "inductor", "torchvision"})
+from cudagent.evaluator.op_policy import TORCH_NAMESPACES, op_allowed, split_op_name
 
-
-def op_allowed(func) -> bool:
-    name = func.overloadpacket.__name__
-    return name in ALLOCATION_OPS or name in VIEW_OPS or name in METADATA_OPS or bool(getattr(func, "is_view", False))
+# The profiler's name for a call into a Python dispatch mode (ATen's Python fallback kernel).
+MODE_EVENT = "PythonDispatchMode"
 
 
 class OpRecorder(TorchDispatchMode):
-    """Counts every op dispatched while active, including ops that C++ code dispatches.
+    """Counts every op dispatched on this thread while active, including ops that C++ code dispatches.
 
-    A mode is switched off while its handler runs, so ops nested inside a custom (non-aten) op would go unseen;
-    the handler therefore runs such ops under a fresh recorder sharing the same counter.
+    `handled` counts this mode's invocations; the parent compares it with the profiler's count of calls into
+    dispatch modes, so a mode that stops recording is noticed.
     """
 
-    def __init__(self, counter: Counter | None = None):
+    def __init__(self, counter: Counter | None = None, calls: list | None = None):
         super().__init__()
         self.counter = counter if counter is not None else Counter()
-        self.disallowed: Counter = Counter()
+        self.calls = calls if calls is not None else [0]
+
+    @property
+    def handled(self) -> int:
+        return self.calls[0]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        name = str(func)
-        self.counter[name] += 1
+        self.counter[str(func)] += 1
+        self.calls[0] += 1
         if func.namespace in TORCH_NAMESPACES:
-            if not op_allowed(func):
-                self.disallowed[name] += 1
             return func(*args, **kwargs)
-        nested = OpRecorder(self.counter)
-        nested.disallowed = self.disallowed
-        with nested:
-            return func(*args, **kwargs)
+        # The candidate's own operator (TORCH_LIBRARY): its body is its kernel, and may dispatch ops of its own. It
+        # runs below the Python key (running it through this mode again would recurse for ever) with a recorder
+        # active, so that what its body dispatches is recorded too.
+        with OpRecorder(self.counter, self.calls):
+            return func.redispatch(_below_python(args, kwargs), *args, **kwargs)
 
 
-# ----- kernels and streams (CUDA) ------------------------------------------------------------------------------
+def _below_python(args, kwargs) -> torch._C.DispatchKeySet:
+    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+    found = False
+    for t in _flat_tensors((args, kwargs)):
+        keys = keys | torch._C._dispatch_keys(t) if found else torch._C._dispatch_keys(t)
+        found = True
+    return keys & torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.Python)
+
+
+def _flat_tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from _flat_tensors(o)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            yield from _flat_tensors(o)
+
+
+# ----- one audited call -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class CallRecord:
+    """What one forward call did, as this process saw it."""
+
+    result: object = None
+    error: BaseException | None = None  # what forward raised, if it did
+    imported: list = field(default_factory=list)  # modules first imported during the call
+    ops: Counter = field(default_factory=Counter)  # op name -> count, as the dispatch mode saw them
+    mode_calls: int = 0  # the dispatch mode's invocations
+    mode_events: int | None = None  # calls into dispatch modes the profiler saw; None without all-thread profiling
+    hidden: Counter = field(default_factory=Counter)  # "thread N: aten::op" -> count, never seen by the mode
+    kernels: list | None = None  # CUDA kernels (name, stream, ns), the marker excluded
+    caller_stream: int | None = None
+
+    def report(self) -> dict:
+        return {
+            "ops": dict(self.ops),
+            "mode_calls": self.mode_calls,
+            "mode_events": self.mode_events,
+            "hidden_ops": dict(self.hidden),
+            "imported": [m for m in self.imported if m.split(".")[0] != "torch"],
+            "kernels": self.kernels,
+            "caller_stream": self.caller_stream,
+        }
+
+
+def _all_threads_config():
+    """The profiler's setting that records ops of every thread (torch >= 2.7); None where torch lacks it."""
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+
+        return _ExperimentalConfig(profile_all_threads=True)
+    except (ImportError, TypeError):
+        return None
+
+
+def record_call(fn, device: torch.device, observe_kernels: bool) -> CallRecord:
+    """Run fn() under the op recorder and the all-thread profiler (and, if asked, CUDA kernel tracing)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    await_profiler_warmup()
+    record = CallRecord()
+    recorder = OpRecorder(record.ops)
+    config = _all_threads_config()
+    activities = [ProfilerActivity.CPU] if config is not None else []
+    cuda = observe_kernels and device.type == "cuda"
+    if cuda:
+        activities.append(ProfilerActivity.CUDA)
+        marker = torch.empty(1, device=device)
+        torch.cuda.synchronize()
+
+    def run() -> None:
+        modules = set(sys.modules)
+        try:
+            with torch.no_grad(), recorder:
+                record.result = fn()
+        except BaseException as exc:  # noqa: BLE001  (SystemExit from candidate code too: reported, not obeyed)
+            record.error = exc
+        record.imported = sorted(set(sys.modules) - modules)
+
+    if not activities:
+        run()
+        record.mode_calls = recorder.handled
+        return record
+    kwargs = {"experimental_config": config} if config is not None else {}
+    with profile(activities=activities, **kwargs) as prof:
+        if cuda:
+            marker.fill_(1.0)
+        run()
+        if cuda:
+            try:
+                torch.cuda.synchronize()
+            except RuntimeError as exc:  # a sticky error: the caller's own synchronize reports it
+                record.error = record.error or exc
+    record.mode_calls = recorder.handled
+    if config is not None:
+        _find_hidden(prof.events(), record)
+    if cuda:
+        record.kernels, record.caller_stream = _kernels(prof)
+    return record
+
+
+def _find_hidden(events, record: CallRecord) -> None:
+    """Ops PyTorch's dispatcher ran that never reached the dispatch mode, on any thread."""
+    record.mode_events = sum(1 for e in events if e.name == MODE_EVENT)
+    main = None
+    roots = [e for e in events if e.cpu_parent is None]
+    for e in roots:
+        if e.name == MODE_EVENT or _reaches_mode(e):
+            main = e.thread
+            break
+
+    def visit(e) -> None:
+        if e.name == MODE_EVENT:
+            return  # an op the mode recorded, and what it ran on the mode's behalf
+        if "::" in e.name:
+            namespace, op = split_op_name(e.name)
+            if namespace in TORCH_NAMESPACES:
+                if op_allowed(namespace, op):
+                    return  # an allowed op; what it calls inside is its own business
+                if not _reaches_mode(e):
+                    where = "the calling thread" if e.thread == main else f"thread {e.thread}"
+                    record.hidden[f"{e.name} on {where}"] += 1
+                    return
+        for c in e.cpu_children:
+            visit(c)
+
+    for e in roots:
+        visit(e)
+
+
+def _reaches_mode(e) -> bool:
+    return any(c.name == MODE_EVENT or _reaches_mode(c) for c in e.cpu_children)
+
+
+def _kernels(prof) -> tuple[list, int | None]:
+    events = []
+    for e in prof.profiler.kineto_results.events():
+        if e.device_type() == torch.autograd.DeviceType.CUDA:
+            events.append((e.start_ns(), e.name(), int(e.device_resource_id()), int(e.duration_ns())))
+    events.sort()
+    if not events:
+        return [], None
+    caller_stream = events[0][2]  # the marker, launched first on the caller's stream
+    return [{"name": n, "stream": s, "ns": d} for _, n, s, d in events[1:]], caller_stream
+
+
+# ----- the profiler's warm-up -----------------------------------------------------------------------------------
 
 
 _warmup: threading.Thread | None = None
 
 
-def start_profiler_warmup() -> None:
-    """Set CUPTI up in the background: its first session costs seconds (about 5 s on an H100), which would otherwise
-    fall on the first trial that records kernels. Started before any candidate code is loaded; the sessions below
-    wait for it, and `other_threads` does not count it."""
+def start_profiler_warmup(cuda: bool) -> None:
+    """Set the profiler up in the background: its first session costs about a second on the CPU and about 5 s with
+    CUPTI on an H100, which would otherwise fall on the first trial. Started before any candidate code is loaded;
+    the sessions below wait for it, and `other_threads` does not count it."""
     global _warmup
 
     def warm():
         from torch.profiler import ProfilerActivity, profile
 
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        config = _all_threads_config()
         try:
-            with profile(activities=[ProfilerActivity.CUDA]):
+            with profile(activities=activities, **({"experimental_config": config} if config else {})):
                 pass
         except Exception:  # noqa: BLE001  (the real session will say what is wrong)
             pass
@@ -104,33 +246,6 @@ def await_profiler_warmup() -> None:
 def other_threads() -> int:
     """Python threads running besides the main one and the harness's own warm-up."""
     return sum(1 for t in threading.enumerate() if t is not threading.main_thread() and t is not _warmup)
-
-
-def observe_kernels(fn, device: torch.device):
-    """Run fn() under the profiler; return (result, kernels, caller_stream).
-
-    A marker kernel is launched on the current (caller's) stream first; its stream id is the caller's.
-    kernels: list of dicts {name, stream, ns} for the candidate's kernels (the marker excluded), in start order.
-    """
-    from torch.profiler import ProfilerActivity, profile
-
-    await_profiler_warmup()
-    marker = torch.empty(1, device=device)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        marker.fill_(1.0)
-        result = fn()
-        torch.cuda.synchronize()
-    events = []
-    for e in prof.profiler.kineto_results.events():
-        if e.device_type() == torch.autograd.DeviceType.CUDA:
-            events.append((e.start_ns(), e.name(), int(e.device_resource_id()), int(e.duration_ns())))
-    events.sort()
-    if not events:
-        return result, [], None
-    caller_stream = events[0][2]
-    kernels = [{"name": n, "stream": s, "ns": d} for _, n, s, d in events[1:]]
-    return result, kernels, caller_stream
 
 
 def profile_kernels(call, n: int) -> list[dict]:
@@ -157,72 +272,49 @@ def profile_kernels(call, n: int) -> list[dict]:
     return rows
 
 
-def is_copy_or_memset(name: str) -> bool:
-    return name.startswith(("Memcpy", "Memset", "memcpy", "memset"))
+# ----- the harness's integrity ----------------------------------------------------------------------------------
 
 
-_ANON = re.compile(r"\(anonymous namespace\)::")
+class Sentinel:
+    """A record of the harness taken before any candidate code runs, and the check that nothing in it changed.
 
-
-def kernel_base_name(demangled: str) -> str:
-    """The bare function name of a demangled symbol or kernel name.
-
-    >>> kernel_base_name("void axpby_kernel<128>(float*, float const*, int)")
-    'axpby_kernel'
-    >>> kernel_base_name("my::ns::fused(float*)")
-    'fused'
+    What it covers: every function and class (and their methods) of the harness's modules, by identity and code
+    object, and the modules themselves in sys.modules. Candidate code that replaces any of them to forge what
+    this process reports is found at the next check. (Code running in this process could in principle forge the
+    check too; the static and link audits keep it from reaching the harness in the first place.)
     """
-    s = _ANON.sub("", demangled.strip())
-    if s.startswith("void "):
-        s = s[5:]
-    out, depth = [], 0
-    for ch in s:
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif ch == "(" and depth == 0:
-            break
-        elif depth == 0:
-            out.append(ch)
-    name = "".join(out).strip().split(" ")[-1]
-    return name.split("::")[-1]
+
+    def __init__(self, modules: list[types.ModuleType]):
+        self.modules = {m.__name__: m for m in modules}
+        # (module name, attribute path) -> (object, its code object or None)
+        self.entries: dict[tuple[str, tuple[str, ...]], tuple[object, object]] = {}
+        for m in modules:
+            for name, obj in vars(m).items():
+                if getattr(obj, "__module__", None) != m.__name__:
+                    continue
+                if isinstance(obj, types.FunctionType):
+                    self.entries[(m.__name__, (name,))] = (obj, obj.__code__)
+                elif isinstance(obj, type):
+                    self.entries[(m.__name__, (name,))] = (obj, None)
+                    for attr, member in vars(obj).items():
+                        fn = _unwrap(member)
+                        if isinstance(fn, types.FunctionType):
+                            self.entries[(m.__name__, (name, attr))] = (fn, fn.__code__)
+
+    def changed(self) -> list[str]:
+        """Names of what differs from the record (empty when nothing does)."""
+        found = [name for name, m in self.modules.items() if sys.modules.get(name) is not m]
+        for (module, path), (obj, code) in self.entries.items():
+            current = self.modules[module]
+            for part in path:
+                current = _unwrap(getattr(current, "__dict__", {}).get(part))
+            if current is not obj or (code is not None and getattr(current, "__code__", None) is not code):
+                found.append(".".join((module, *path)))
+        return found
 
 
-def own_libraries(roots: list[str]) -> list[str]:
-    """Shared objects this process has mapped from the candidate's build directories."""
-    found = []
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                path = line.split()[-1] if len(line.split()) >= 6 else ""
-                if path.endswith(".so") and any(path.startswith(r) for r in roots) and path not in found:
-                    found.append(path)
-    except OSError:
-        pass
-    return found
-
-
-def library_symbols(paths: list[str]) -> tuple[set[str], set[str]] | None:
-    """(base names of functions the libraries define, names of symbols they import); None without `nm`."""
-    nm = shutil.which("nm")
-    if not nm:
-        return None
-    defined: set[str] = set()
-    imported: set[str] = set()
-    for path in paths:
-        for flags, sink in ((["-C", "--defined-only"], defined), (["-D", "--undefined-only"], imported)):
-            try:
-                out = subprocess.run([nm, *flags, path], capture_output=True, text=True, timeout=60).stdout
-            except (OSError, subprocess.SubprocessError):
-                continue
-            for line in out.splitlines():
-                parts = line.split(None, 2)
-                if len(parts) == 3 and parts[1] in "TtWw":
-                    sink.add(kernel_base_name(parts[2]))
-                elif len(parts) == 2 and parts[0] == "U":
-                    sink.add(parts[1].split("@")[0])
-    return defined, imported
+def _unwrap(member):
+    return member.__func__ if isinstance(member, (staticmethod, classmethod)) else member
 
 
 # ----- memory and errors ---------------------------------------------------------------------------------------
@@ -274,6 +366,20 @@ def cuda_last_error() -> str | None:
     if code == 0:
         return None
     return f"{_cudart.cudaGetErrorString(code).decode()} (cudaError {code})"
+
+
+def own_libraries(roots: list[str]) -> list[str]:
+    """Shared objects this process has mapped from the candidate's build directories."""
+    found = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1] if len(line.split()) >= 6 else ""
+                if path.endswith(".so") and any(path.startswith(r) for r in roots) and path not in found:
+                    found.append(path)
+    except OSError:
+        pass
+    return found
 
 
 def storage_span(t: torch.Tensor) -> tuple[int, int] | None:

@@ -101,6 +101,7 @@ class ChildProcess:
         self.home: str | None = None
         self.memory_limit_bytes = memory_limit_bytes or physical_memory_bytes() // 2
         self.watchdog: Watchdog | None = None
+        self.isolation: dict = {}  # what the child reported of its own isolation (isolation.status())
 
     def __enter__(self) -> ChildProcess:
         self.start()
@@ -119,6 +120,8 @@ class ChildProcess:
         self.home = tempfile.mkdtemp(prefix="cudagent-child-")
         ours, theirs = socket.socketpair()
         args = ["--device", self.device] + (["--warm-profiler"] if self.warm_profiler else [])
+        if self.wrapper:  # a profiler such as ncu reads the GPU's counters through this process: it keeps its rights
+            args.append("--keep-privileges")
         env = child_env(self.home, self.extra_env)
         self.proc = None
         if self.zygote is not None and not self.wrapper and self.zygote.alive():
@@ -147,6 +150,7 @@ class ChildProcess:
         hello = self._receive(self.start_timeout_s, DEFAULT_MAX_FRAME, "starting")
         if hello.get("op") != "hello":
             raise ChildFailure("CRASHED", "the evaluation process did not start properly", self.output.text())
+        self.isolation = hello.get("isolation") or {}
 
     def request(self, msg: dict, timeout_s: float, max_bytes: int = DEFAULT_MAX_FRAME, what: str = "") -> dict:
         return self.timed_request(msg, timeout_s, max_bytes, what)[0]

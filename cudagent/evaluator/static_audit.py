@@ -8,9 +8,14 @@ Python strings (KernelBench's load_inline format) is scanned too.
 from __future__ import annotations
 
 import ast
+import functools
+import importlib
+import importlib.util
+import types
 from dataclasses import dataclass
 
 from cudagent.evaluator.kernel_scan import scan_cpp
+from cudagent.evaluator.op_policy import TORCH_NAMESPACES
 from cudagent.evaluator.verdict import Violation
 
 ALLOWED_MODULES = frozenset(
@@ -70,7 +75,21 @@ FORBIDDEN_TORCH = {
     "torch.Tensor._make_subclass": "TENSOR_SUBCLASS",
     "torch.Tensor._make_wrapper_subclass": "TENSOR_SUBCLASS",
     "torch.Tensor.as_subclass": "TENSOR_SUBCLASS",
+    "torch.hub": "FILE_IO",
+    "torch.package": "FILE_IO",
+    "torch.serialization": "FILE_IO",
+    "torch.ops.import_module": "DYNAMIC_CODE",
+    "torch.ops.load_library": "DYNAMIC_CODE",
+    "torch.ops.loaded_libraries": "DYNAMIC_CODE",
+    "torch.classes": "PRIVATE_TORCH_API",
+    **{f"torch.ops.{ns}": "PRIVATE_TORCH_API" for ns in TORCH_NAMESPACES},
 }
+# Private helpers of plain Python modules that __init__ code uses to mirror the reference's initialization.
+PRIVATE_ALLOWED = ("torch.nn.init.",)
+# Attribute names that lead to a module no candidate may use, whatever object they are read from.
+MODULE_ESCAPES = frozenset("sys os builtins importlib subprocess ctypes gc inspect threading _C __import__".split())
+# Module attributes of allowed modules that are other modules, and allowed: the standard library's own aliases.
+STDLIB_ALIASES = frozenset({"os.path"})
 GLOBAL_STATE_CALLS = frozenset(
     "set_default_dtype set_default_device set_default_tensor_type set_flush_denormal set_float32_matmul_precision "
     "use_deterministic_algorithms set_num_threads set_num_interop_threads set_grad_enabled set_printoptions "
@@ -128,6 +147,43 @@ def audit_model_new(source: str, filename: str = "model_new.py") -> list[Violati
     return out
 
 
+@functools.cache
+def foreign_module(path: str) -> tuple[str, str] | None:
+    """(the prefix of `path`, the module it names) where an attribute chain of an allowed module reaches a module
+    outside that package (`torch.sys` is `sys`); None if it never does. Read from the real modules, in this
+    (trusted) process, without running any candidate code.
+
+    >>> foreign_module("torch.sys.modules"), foreign_module("torch.nn.functional.relu"), foreign_module("os.path.join")
+    (('torch.sys', 'sys'), None, None)
+    """
+    parts = path.split(".")
+    if parts[0] not in ALLOWED_MODULES or parts[0] == "cuda_extension":
+        return None
+    try:
+        current = importlib.import_module(parts[0])
+    except ImportError:
+        return None
+    for i, part in enumerate(parts[1:], start=1):
+        if not isinstance(current, types.ModuleType):
+            return None
+        found = current.__dict__.get(part)
+        if found is None:
+            name = f"{current.__name__}.{part}"
+            try:
+                spec = importlib.util.find_spec(name)
+            except (ImportError, ValueError):
+                spec = None
+            if spec is None:
+                return None
+            found = importlib.import_module(name)
+        prefix = ".".join(parts[: i + 1])
+        if isinstance(found, types.ModuleType) and prefix not in STDLIB_ALIASES:
+            if found.__name__.split(".")[0] != parts[0]:
+                return prefix, found.__name__
+        current = found
+    return None
+
+
 def _looks_like_cpp(text: str) -> bool:
     return len(text) > 40 and ("#include" in text or ("{" in text and ";" in text and ("(" in text)))
 
@@ -137,6 +193,7 @@ class _Auditor(ast.NodeVisitor):
         self.filename = filename
         self.aliases: dict[str, str] = {}  # local name -> dotted module path it stands for
         self.findings: list[_Finding] = []
+        self.pointer_arguments: set[int] = set()  # `x.data_ptr()` nodes passed straight to a call
 
     def flag(self, node: ast.AST, code: str, message: str) -> None:
         self.findings.append(_Finding(code, getattr(node, "lineno", 1), message))
@@ -195,6 +252,19 @@ class _Auditor(ast.NodeVisitor):
                 self.flag(node, code, f"uses `{path}`: {_ADVICE[code]}")
                 return
         parts = path.split(".")
+        private = any(p.startswith("_") and not p.startswith("__") for p in parts[1:])
+        if private and parts[0] == "torch" and not path.startswith(PRIVATE_ALLOWED):
+            self.flag(node, "PRIVATE_TORCH_API", f"uses `{path}`: {_ADVICE['PRIVATE_TORCH_API']}")
+            return
+        escape = foreign_module(path)
+        if escape:
+            self.flag(
+                node,
+                "FORBIDDEN_IMPORT",
+                f"reaches the module `{escape[1]}` through `{escape[0]}`; model_new.py may use only the modules it "
+                "may import, and only through their own names",
+            )
+            return
         if parts[0] == "torch" and len(parts) >= 2 and parts[1] == "backends" and len(parts) > 2:
             return  # reading flags is harmless; assignments are caught in visit_Assign
         if parts[0] == "torch" and len(parts) == 2 and parts[1] in GLOBAL_STATE_CALLS:
@@ -210,9 +280,15 @@ class _Auditor(ast.NodeVisitor):
         path = self._resolve(node)
         if path:
             self._check_path(node, path)
+        elif node.attr in MODULE_ESCAPES:
+            self.flag(
+                node,
+                "FORBIDDEN_IMPORT",
+                f"reads `.{node.attr}`, which leads to a module model_new.py may not use",
+            )
         if node.attr in INTROSPECTION_ATTRS:
             self.flag(node, "INTROSPECTION", f"uses `.{node.attr}`: {_ADVICE['INTROSPECTION']}")
-        elif node.attr in IDENTITY_ATTRS:
+        elif node.attr in IDENTITY_ATTRS and id(node) not in self.pointer_arguments:
             self.flag(node, "DATA_PTR_CACHE", f"uses `.{node.attr}`: {_ADVICE['DATA_PTR_CACHE']}")
         if not path:  # resolved chains were checked whole; keep walking the others
             self.generic_visit(node)
@@ -223,6 +299,15 @@ class _Auditor(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         fn = node.func
+        for arg in list(node.args) + [k.value for k in node.keywords]:
+            # `kernel(x.data_ptr(), ...)`: a pointer handed to a kernel, not a key to remember anything by
+            if (
+                isinstance(arg, ast.Call)
+                and isinstance(arg.func, ast.Attribute)
+                and arg.func.attr == "data_ptr"
+                and not arg.args
+            ):
+                self.pointer_arguments.add(id(arg.func))
         if isinstance(fn, ast.Name):
             if fn.id in DYNAMIC:
                 self.flag(node, "DYNAMIC_CODE", f"calls `{fn.id}()`: {_ADVICE['DYNAMIC_CODE']}")

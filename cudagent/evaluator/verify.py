@@ -5,10 +5,13 @@
     mutation         the same input buffers, new contents
     sparse-mutation  the same buffers, a small block changed
     determinism      stock-1's contents again, in fresh buffers: must match the reference and stock-1's output
+    scaled           a stock draw under a secret scale and offset (transforms.py): a candidate that recognises
+                     the stock distribution and behaves well only elsewhere cannot tell this one apart
     stress           heavy tails, other scale and offset, spikes, a comb (see trials.py)
     random-weights   every parameter and buffer redrawn, then a fresh stock draw
 
-The reference model and its outputs never leave this process.
+The reference model and its outputs never leave this process, and a trial's expected output is computed only
+after the candidate has returned its own: while the candidate runs, the answer exists nowhere it could look.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ import time
 import torch
 
 from cudagent.evaluator.compare import Tolerance, compare
-from cudagent.evaluator.judge import Extension, judge_call, judge_failed_call
+from cudagent.evaluator.judge import Extension, judge_call, judge_failed_call, judge_tampering
 from cudagent.evaluator.session import ChildProcess
-from cudagent.evaluator.trees import all_finite, has_dtype, nbytes_list
+from cudagent.evaluator.transforms import InputSpec, secret_draw
+from cudagent.evaluator.trees import all_finite, has_dtype, nbytes_list, tensors
 from cudagent.evaluator.trials import sparse_mutation, stress_inputs
 from cudagent.evaluator.verdict import Trial, Verdict
 from cudagent.hardware import DeviceInfo
@@ -49,17 +53,23 @@ class TrialRunner:
         tolerance: Tolerance,
         call_timeout_s: float,
         verdict: Verdict,
+        extension: Extension | None = None,
     ):
         self.task, self.device, self.child, self.tol = task, device, child, tolerance
         self.call_timeout_s, self.v = call_timeout_s, verdict
-        self.ext: Extension | None = None
+        self.ext = extension
         self.worst_rel_l2, self.fp32_outputs = 0.0, False
+        self.out_bytes: list[int] = []
 
     def run(self, ws: Workspace, stock_trials: int, load_timeout_s: float):
         """Load the candidate and run every trial; return the reference model matching the child's weights, or
         None when the candidate could not be loaded or a fatal error stopped the trials."""
         dev = self.device.kind
         ref = self.task.build_model(secrets.randbits(62), dev)
+        # The sizes of the outputs (for poisoning free memory), from a draw that is never sent anywhere.
+        probe = self.task.run(ref, self.task.make_inputs(secrets.randbits(62), dev))
+        self.out_bytes = nbytes_list(probe)
+        del probe
         if not self._load(ws, ref, load_timeout_s):
             return None
         self.v.correct = True
@@ -80,6 +90,8 @@ class TrialRunner:
                         f"[determinism] the same inputs gave a different output than "
                         f"in stock-1: {same.violations[0].message}",
                     )
+            base = self.task.make_inputs(secrets.randbits(62), dev)
+            self._call("scaled", InputSpec.of(base).apply(base, secret_draw(len(base))), ref)
             self._stress(ref)
             ref = self._random_weights(ref)
         except _Stop:
@@ -102,26 +114,24 @@ class TrialRunner:
                 code = "NO_MODELNEW"
             self.v.reject(code, f"{text}: {_short(reply.get('error'))}")
             return False
-        self.ext = Extension.from_reply(reply)
-        if self.ext.defined is None and self.device.is_cuda:
-            self.v.notes.append("nm was not found: the check that your own kernels ran was skipped")
-        return True
+        for f in judge_tampering(reply, "load"):
+            self.v.reject(f.code, f.message)
+        return not self.v.violations
 
     def _call(self, name: str, inputs: list, model, reuse: bool = False, observe: bool = False):
         start = time.monotonic()
-        expected = self.task.run(model, inputs)
-        self.fp32_outputs = self.fp32_outputs or has_dtype(expected, torch.float32)
-        out_bytes = nbytes_list(expected)
         msg = {
             "op": "call",
             "inputs": [x.cpu() for x in inputs],
             "reuse": reuse,
             "observe_kernels": observe,
-            "poison_nbytes": out_bytes + [x.numel() * x.element_size() for x in inputs],
+            "poison_nbytes": self.out_bytes + [x.numel() * x.element_size() for x in inputs],
         }
         reply = self.child.request(
-            msg, timeout_s=self.call_timeout_s, max_bytes=(16 << 20) + 2 * sum(out_bytes), what=f"trial {name}"
+            msg, timeout_s=self.call_timeout_s, max_bytes=(16 << 20) + 2 * sum(self.out_bytes), what=f"trial {name}"
         )
+        expected = self.task.run(model, inputs)  # only now: the candidate's output is already here
+        self.fp32_outputs = self.fp32_outputs or has_dtype(expected, torch.float32)
         comparison = None
         if not reply.get("ok", False):
             found = judge_failed_call(reply, name)
@@ -152,7 +162,7 @@ class TrialRunner:
         stock_finite = all_finite(self.task.run(ref, base))
         for mild in (False, True):
             inputs = stress_inputs(base, secrets.randbits(62), mild=mild)
-            if not stock_finite or all_finite(self.task.run(ref, inputs)):
+            if not stock_finite or _finite_then_scrubbed(self.task.run(ref, inputs)):
                 self._call("stress-mild" if mild else "stress", inputs, ref)
                 return
         self.v.notes.append("the stress trial was skipped: the reference is not finite on stressed inputs")
@@ -166,6 +176,15 @@ class TrialRunner:
             return ref
         self._call("random-weights", self.task.make_inputs(secrets.randbits(62), self.device.kind), randomized)
         return randomized
+
+
+def _finite_then_scrubbed(expected) -> bool:
+    """Whether the reference's output is finite; the output itself is then zeroed, so that the answer to inputs
+    about to be sent does not sit in this process's memory while the candidate runs."""
+    finite = all_finite(expected)
+    for t in tensors(expected):
+        t.zero_()
+    return finite
 
 
 def load_message(task: Task, ws: Workspace, device: DeviceInfo, ref) -> dict:

@@ -69,16 +69,20 @@ def _enc(obj: Any, buffers: list) -> Any:
 def _enc_tensor(t, buffers: list) -> dict:
     import torch
 
+    cls = type(t)
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    # Only exact tensors are serialized. A subclass is described by its class alone: reading anything else of it
+    # (its dtype, its shape) would run its own code, and an output that is a subclass is rejected anyway.
+    if cls is not torch.Tensor:
+        return {"__tensor__": None, "cls": name, "dtype": None, "shape": None, "device": None}
     meta = {
         "__tensor__": None,
-        "cls": f"{type(t).__module__}.{type(t).__qualname__}",
+        "cls": name,
         "dtype": str(t.dtype).removeprefix("torch."),
         "shape": list(t.shape),
         "device": str(t.device),
     }
-    # Only exact tensors are serialized: reading a subclass's data would run its own code, and an output that is
-    # a subclass is rejected anyway.
-    if type(t) is not torch.Tensor or t.layout != torch.strided or t.is_quantized:
+    if t.layout != torch.strided or t.is_quantized:
         return meta
     data = t.detach()
     if data.device.type != "cpu":
@@ -160,10 +164,12 @@ def _dtype(name: str):
 def _dec_tensor(doc: dict, buffers: list):
     import torch
 
+    if doc.get("cls") != "torch.Tensor":
+        return WireTensor(
+            str(doc.get("cls")), str(doc.get("dtype")), list(doc.get("shape") or []), str(doc.get("device"))
+        )
     dtype = _dtype(doc["dtype"])
     shape = [int(s) for s in doc["shape"]]
-    if doc.get("cls") != "torch.Tensor":
-        return WireTensor(str(doc.get("cls")), doc["dtype"], shape, str(doc["device"]))
     index = doc["__tensor__"]
     numel = math.prod(shape)
     if index is None:

@@ -99,7 +99,9 @@ def main() -> None:
     args = parser.parse_args()
     import torch  # noqa: F401  (the point of the zygote: imported once, shared by every fork)
 
-    from cudagent.evaluator import child  # noqa: F401
+    from cudagent.evaluator import child, isolation  # noqa: F401
+
+    isolation.protect_this_process()  # its children are the candidates' processes: closed to them too
 
     sock = socket.socket(fileno=args.fd)
     sock.send(json.dumps({"ready": os.getpid()}).encode())

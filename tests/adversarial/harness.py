@@ -3,7 +3,9 @@
 case.json: task (a file in tasks/), kernels ("common": the shared kernels/<device> library; "own": the case's
 kernels/ or kernels_<device>/; "from:<case>": another case's; "none"), devices (default both), expect (codes that
 must all be reported), expect_any (one of them must be), control (must be accepted), flags (must be reported),
-static_audit (false: show a runtime defense holds on its own), timing (evaluate with timing), why.
+max_tier (a cheat that can no longer pay: judged correct, as what it really is, and no tier above this; timed
+cases whose honest path is deliberately slow), static_audit (false: show a runtime defense holds on its own; the link audit of the built
+library is a static audit too), timing (evaluate with timing), why.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Case:
     expect_any: list[str] = field(default_factory=list)
     control: bool = False
     flags: list[str] = field(default_factory=list)
+    max_tier: int | None = None
     static_audit: bool = True
     timing: bool = False  # evaluate with timing: the case cheats only while being timed
     why: str = ""
@@ -114,10 +117,15 @@ class Runner:
 def check_case(case: Case, verdict: Verdict) -> None:
     """Assert the case's expectation, with the verdict's own words in the failure message."""
     report = f"{case.name}: {case.why}\n{verdict.summary()}\nerror: {verdict.error}"
+    for flag in case.flags:
+        assert any(f.startswith(flag) for f in verdict.flags), f"flag {flag} not reported\n" + report
     if case.control:
         assert verdict.correct, "a legitimate candidate was rejected\n" + report
-        for flag in case.flags:
-            assert any(f.startswith(flag) for f in verdict.flags), f"flag {flag} not reported\n" + report
+        return
+    if case.max_tier is not None and not (case.expect or case.expect_any):
+        # the cheat never fires any more: the candidate is judged as what it is, a correct but slow kernel
+        assert verdict.correct, "expected a correct (and unrewarded) candidate\n" + report
+        assert verdict.tier <= case.max_tier, f"the cheat earned tier {verdict.tier}\n" + report
         return
     assert not verdict.correct, "a cheating candidate was accepted\n" + report
     for code in case.expect:

@@ -5,7 +5,10 @@ import doctest
 import pytest
 
 import cudagent.evaluator.roofline
-import cudagent.evaluator.runtime_audit
+import cudagent.evaluator.link_audit
+import cudagent.evaluator.op_policy
+import cudagent.evaluator.static_audit
+import cudagent.evaluator.transforms
 import cudagent.evaluator.trees
 import cudagent.evaluator.verdict
 import cudagent.hardware
@@ -16,7 +19,10 @@ import cudagent.hardware
     [
         cudagent.evaluator.verdict,
         cudagent.hardware,
-        cudagent.evaluator.runtime_audit,
+        cudagent.evaluator.link_audit,
+        cudagent.evaluator.op_policy,
+        cudagent.evaluator.static_audit,
+        cudagent.evaluator.transforms,
         cudagent.evaluator.roofline,
         cudagent.evaluator.trees,
     ],

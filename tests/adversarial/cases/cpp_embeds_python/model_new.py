@@ -1,0 +1,13 @@
+import cuda_extension
+import torch.nn as nn
+
+cuda_extension.patch()
+
+
+class ModelNew(nn.Module):
+    def __init__(self, alpha):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, a, b):
+        return self.alpha * a + b
