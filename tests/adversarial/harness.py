@@ -4,8 +4,8 @@ case.json: task (a file in tasks/), kernels ("common": the shared kernels/<devic
 kernels/ or kernels_<device>/; "from:<case>": another case's; "none"), devices (default both), expect (codes that
 must all be reported), expect_any (one of them must be), control (must be accepted), flags (must be reported),
 max_tier (a cheat that can no longer pay: judged correct, as what it really is, and no tier above this; timed
-cases whose honest path is deliberately slow), static_audit (false: show a runtime defense holds on its own; the link audit of the built
-library is a static audit too), timing (evaluate with timing), why.
+cases whose honest path is deliberately slow), static_audit (false: show a runtime defense holds on its own; the
+link audit of the built library is a static audit too), timing (evaluate with timing), why.
 """
 
 from __future__ import annotations

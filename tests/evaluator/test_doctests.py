@@ -4,9 +4,9 @@ import doctest
 
 import pytest
 
-import cudagent.evaluator.roofline
 import cudagent.evaluator.link_audit
 import cudagent.evaluator.op_policy
+import cudagent.evaluator.roofline
 import cudagent.evaluator.static_audit
 import cudagent.evaluator.transforms
 import cudagent.evaluator.trees

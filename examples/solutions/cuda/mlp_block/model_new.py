@@ -12,6 +12,12 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         return cuda_extension.mlp_block_forward(
-            x, self.norm.weight, self.norm.bias, self.norm.eps, self.fc1.weight, self.fc1.bias, self.fc2.weight,
+            x,
+            self.norm.weight,
+            self.norm.bias,
+            self.norm.eps,
+            self.fc1.weight,
+            self.fc1.bias,
+            self.fc2.weight,
             self.fc2.bias,
         )

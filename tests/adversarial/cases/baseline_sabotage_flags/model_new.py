@@ -1,6 +1,7 @@
-import cuda_extension
 import torch
 import torch.nn as nn
+
+import cuda_extension
 
 torch.backends.cudnn.enabled = False
 torch.backends.cuda.matmul.allow_tf32 = False

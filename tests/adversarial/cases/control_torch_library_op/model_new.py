@@ -1,6 +1,7 @@
-import cuda_extension  # noqa: F401  (loading it registers the operator)
 import torch
 import torch.nn as nn
+
+import cuda_extension  # noqa: F401  (loading it registers the operator)
 
 
 class ModelNew(nn.Module):

@@ -1,5 +1,6 @@
-import cuda_extension
 import torch.nn as nn
+
+import cuda_extension
 
 
 class ModelNew(nn.Module):

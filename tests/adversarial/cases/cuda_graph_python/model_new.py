@@ -1,6 +1,7 @@
-import cuda_extension  # noqa: F401
 import torch
 import torch.nn as nn
+
+import cuda_extension  # noqa: F401
 
 
 class ModelNew(nn.Module):

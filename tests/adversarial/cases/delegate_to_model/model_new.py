@@ -1,6 +1,7 @@
-import cuda_extension  # noqa: F401
 import torch.nn as nn
 from model import Model
+
+import cuda_extension  # noqa: F401
 
 
 class ModelNew(nn.Module):

@@ -1,5 +1,6 @@
-import cuda_extension  # noqa: F401
 import torch.nn as nn
+
+import cuda_extension  # noqa: F401
 
 
 class ModelNew(nn.Module):

@@ -1,7 +1,8 @@
 import os
 
-import cuda_extension
 import torch.nn as nn
+
+import cuda_extension
 
 os.environ["CUDA_LAUNCH_BLOCKING"] = "1"
 os.environ.update({"TORCHINDUCTOR_CACHE_DIR": "/tmp/poisoned"})

@@ -1,6 +1,7 @@
-import cuda_extension  # noqa: F401
 import torch.nn as nn
 from torch.utils._python_dispatch import _pop_mode_temporarily
+
+import cuda_extension  # noqa: F401
 
 
 class ModelNew(nn.Module):

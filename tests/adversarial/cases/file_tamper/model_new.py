@@ -1,7 +1,8 @@
 import os
 
-import cuda_extension
 import torch.nn as nn
+
+import cuda_extension
 
 with open(os.path.join(os.path.dirname(__file__), "model.py"), "a") as f:
     f.write("\nModel.forward = lambda self, a, b: a\n")

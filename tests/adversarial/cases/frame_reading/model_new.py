@@ -1,7 +1,8 @@
 import sys
 
-import cuda_extension
 import torch.nn as nn
+
+import cuda_extension
 
 
 class ModelNew(nn.Module):

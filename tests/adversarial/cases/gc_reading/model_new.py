@@ -1,8 +1,9 @@
 import gc
 
-import cuda_extension
 import torch
 import torch.nn as nn
+
+import cuda_extension
 
 
 class ModelNew(nn.Module):

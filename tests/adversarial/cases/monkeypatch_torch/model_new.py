@@ -1,6 +1,7 @@
-import cuda_extension
 import torch
 import torch.nn as nn
+
+import cuda_extension
 
 torch.allclose = lambda *args, **kwargs: True
 torch.testing.assert_close = lambda *args, **kwargs: None

@@ -1,7 +1,8 @@
 import os
 
-import cuda_extension
 import torch.nn as nn
+
+import cuda_extension
 
 here = os.path.dirname(__file__)
 for name in ("model.py", "binding.cpp"):

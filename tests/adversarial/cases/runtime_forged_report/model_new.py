@@ -1,7 +1,8 @@
 import os
 
-import cuda_extension  # noqa: F401
 import torch.nn as nn
+
+import cuda_extension  # noqa: F401
 
 
 class ModelNew(nn.Module):

@@ -1,9 +1,10 @@
 import threading
 import time
 
-import cuda_extension
 import torch
 import torch.nn as nn
+
+import cuda_extension
 
 
 class ModelNew(nn.Module):

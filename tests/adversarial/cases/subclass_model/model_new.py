@@ -1,5 +1,6 @@
-import cuda_extension  # noqa: F401
 import model
+
+import cuda_extension  # noqa: F401
 
 
 class ModelNew(model.Model):

@@ -1,5 +1,6 @@
-import cuda_extension
 import torch.nn as nn
+
+import cuda_extension
 
 TRIAL_CALLS = 12  # the trials make about a dozen calls; after them, every call is being timed
 

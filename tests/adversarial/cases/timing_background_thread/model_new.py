@@ -1,9 +1,10 @@
 import threading
 import time
 
-import cuda_extension
 import torch
 import torch.nn as nn
+
+import cuda_extension
 
 TRIAL_CALLS = 12  # the trials make about ten calls; after them, every call is being timed
 

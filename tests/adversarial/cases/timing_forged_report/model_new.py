@@ -1,7 +1,8 @@
 import os
 
-import cuda_extension
 import torch.nn as nn
+
+import cuda_extension
 
 TRIAL_CALLS = 12  # the trials make about ten calls; after them, every call is being timed
 

