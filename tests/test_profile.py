@@ -31,7 +31,7 @@ def test_profile_json_and_text(tmp_path):
     roofline = timing["roofline"]
     assert roofline["cost"]["bytes"] == 3 * (1 << 24) * 4 and roofline["peaks"]["bandwidth_gbs"] > 0
     assert 0 < roofline["candidate"]["bandwidth_pct"]
-    assert timing["protocol"]["rechecked_samples"] and timing["checks"]["request_s"] > 0
+    assert timing["protocol"]["rechecked_calls"] and timing["checks"]["request_s"] > 0
     assert any("Nsight Compute summary needs a CUDA device" in n for n in verdict["notes"])
     text = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
     assert text.returncode == 0

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudagent.errors import EnvironmentProblem
-from cudagent.evaluator.op_policy import ALLOWED_OPS
+from cudagent.evaluator.op_policy import ALLOWED_OPS, PASS_THROUGH_OPS
 from cudagent.evaluator.verdict import Violation
 
 
@@ -214,9 +214,6 @@ _TORCH_ALLOWED = re.compile(
     r"^torch::(?:Library|CppFunction|detail::(?:TorchLibraryInit|class_base)|autograd::AutogradMeta|"
     r"PyWarningHandler|translate_exception_to_python|jit::parseSchema\w*)(?:::|$)"
 )
-# Operators whose call proves nothing at link time: they return their input (or a view) when it already has the
-# layout or type asked for, and dispatch a copy only otherwise, which the runtime audit then sees.
-_LINK_ONLY_OPS = frozenset({"contiguous", "reshape", "to", "type_as", "expand_as", "view_as", "flatten"})
 
 
 def judge_symbol(symbol: str) -> tuple[str, str] | None:
@@ -293,7 +290,7 @@ def _op_struct_allowed(struct: str) -> bool:
     >>> _op_struct_allowed("select_scatter"), _op_struct_allowed("add_Tensor")
     (False, False)
     """
-    allowed = ALLOWED_OPS | _LINK_ONLY_OPS
+    allowed = ALLOWED_OPS | PASS_THROUGH_OPS  # a pass-through op's real work is judged at run time
     if struct in allowed:
         return True
     import torch

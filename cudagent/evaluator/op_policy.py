@@ -28,6 +28,9 @@ METADATA_OPS = frozenset(
     "_has_compatible_shallow_copy_type".split()
 )
 ALLOWED_OPS = ALLOCATION_OPS | VIEW_OPS | METADATA_OPS
+# Composite ops that return their input (or a view) when nothing needs doing, and otherwise dispatch the op that
+# does the work (a copy, a conversion), which is judged in turn. The profiler records them before they decompose.
+PASS_THROUGH_OPS = frozenset("contiguous resolve_conj resolve_neg conj to type_as reshape expand_as view_as".split())
 # Operators of these namespaces are PyTorch's own; any other namespace is an operator the candidate registered
 # itself (TORCH_LIBRARY), whose own body is the candidate's kernel.
 TORCH_NAMESPACES = frozenset({"aten", "prims", "quantized", "_quantized", "rngprims", "inductor", "torchvision"})

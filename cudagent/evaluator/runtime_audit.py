@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from cudagent.evaluator.op_policy import TORCH_NAMESPACES, op_allowed, split_op_name
+from cudagent.evaluator.op_policy import PASS_THROUGH_OPS, TORCH_NAMESPACES, op_allowed, split_op_name
 
 # The profiler's name for a call into a Python dispatch mode (ATen's Python fallback kernel).
 MODE_EVENT = "PythonDispatchMode"
@@ -183,7 +183,7 @@ def _find_hidden(events, record: CallRecord) -> None:
             if namespace in TORCH_NAMESPACES:
                 if op_allowed(namespace, op):
                     return  # an allowed op; what it calls inside is its own business
-                if not _reaches_mode(e):
+                if op not in PASS_THROUGH_OPS and not _reaches_mode(e):
                     where = "the calling thread" if e.thread == main else f"thread {e.thread}"
                     record.hidden[f"{e.name} on {where}"] += 1
                     return

@@ -24,6 +24,7 @@ HERE = Path(__file__).parent
 CASES = HERE / "cases"
 TASKS = HERE / "tasks"
 COMMON = HERE / "kernels"
+TIMING_INTEGRITY = {"TIMING_WALL_MISMATCH", "TIMING_KERNELS_OUTSIDE_EVENTS", "BASELINE_INTERFERENCE"}
 
 
 @dataclass
@@ -123,8 +124,11 @@ def check_case(case: Case, verdict: Verdict) -> None:
         assert verdict.correct, "a legitimate candidate was rejected\n" + report
         return
     if case.max_tier is not None and not (case.expect or case.expect_any):
-        # the cheat never fires any more: the candidate is judged as what it is, a correct but slow kernel
-        assert verdict.correct, "expected a correct (and unrewarded) candidate\n" + report
+        # The cheat never fires any more: the candidate is judged as what it is, a correct but slow kernel, or
+        # refused by a timing-integrity check (on CUDA a Python memo reads a scalar inside the call, which the
+        # clock cross-check refuses); either way it earns nothing.
+        refusals = set(verdict.codes) - TIMING_INTEGRITY
+        assert verdict.correct or not refusals, "expected a correct (and unrewarded) candidate\n" + report
         assert verdict.tier <= case.max_tier, f"the cheat earned tier {verdict.tier}\n" + report
         return
     assert not verdict.correct, "a cheating candidate was accepted\n" + report
