@@ -1,4 +1,5 @@
-"""Benchmark: the agent loop's own cost per turn, without the model's time and the tools' time.
+"""Benchmark: the chat loop's own cost per turn (chat driver, episode, recorders), without the model's time and
+the tools' time.
 
 A replay policy answers instantly with a fixed sequence of calls (a file write every other turn, so half the turns
 commit, and reads between); the loop runs 200 turns on the CPU. Per turn, overhead = the time between two
@@ -31,7 +32,6 @@ class ReplayPolicy:
 
     model = "replay"
     action_format = "tools"
-    tokenizes = False
     max_tokens = None
     context_tokens = None
 
@@ -51,7 +51,7 @@ class ReplayPolicy:
     def describe(self):
         return {"kind": "replay", "model": self.model}
 
-    def reply(self, messages, tools):
+    async def reply(self, messages, tools):
         from cudagent.agent.policy import PolicyReply, ToolCall, Usage
 
         name, args = self.calls.pop(0)
@@ -92,11 +92,12 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "loop_overhead.json"))
     args = parser.parse_args()
-    from cudagent.agent.loop import Limits
+    from cudagent.agent.episode import EpisodeLimits
     from cudagent.agent.runner import PolicySettings, RunOptions, start_run
+    from cudagent.settings import Settings
 
     with tempfile.TemporaryDirectory() as tmp:
-        os.environ["CUDAGENT_HOME"] = os.path.join(tmp, "home")
+        settings = Settings(home=Path(tmp) / "home")
         task = Path(tmp) / "axpby.py"
         task.write_text(TASK)
         with open(os.devnull, "w") as sink:
@@ -105,7 +106,9 @@ def main() -> None:
             summary = start_run(
                 task,
                 PolicySettings(),
-                RunOptions(device="cpu", limits=Limits(max_turns=args.turns), final_evaluation=False),
+                RunOptions(
+                    settings=settings, device="cpu", limits=EpisodeLimits(max_turns=args.turns), final_evaluation=False
+                ),
                 reporter,
                 policy=ReplayPolicy(args.turns),
             )

@@ -60,6 +60,19 @@ class BuildResult:
             "restored": self.restored,
         }
 
+    @classmethod
+    def from_dict(cls, d: dict) -> BuildResult:
+        """The inverse of to_dict (the full log is not part of it)."""
+        return cls(
+            ok=bool(d["ok"]),
+            seconds=float(d.get("seconds", 0.0)),
+            library=Path(d["library"]) if d.get("library") else None,
+            recompiled=list(d.get("recompiled", [])),
+            errors=d.get("errors", ""),
+            timed_out=bool(d.get("timed_out", False)),
+            restored=list(d.get("restored", [])),
+        )
+
 
 @dataclass(frozen=True)
 class Toolchain:

@@ -226,6 +226,27 @@ class ProcResult:
     limit_message: str = ""
 
 
+class Cancelled(Exception):
+    """The caller cancelled a bounded run; its process group was killed."""
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float, cancel: threading.Event | None) -> None:
+    if cancel is None:
+        proc.wait(timeout=timeout_s)
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, timeout_s)
+        try:
+            proc.wait(timeout=min(left, 0.05))
+            return
+        except subprocess.TimeoutExpired:
+            if cancel.is_set():
+                raise Cancelled() from None
+
+
 def run_bounded(
     cmd: list[str],
     *,
@@ -234,9 +255,10 @@ def run_bounded(
     cwd: str | None = None,
     stdin_data: bytes | None = None,
     limits: Limits | None = None,
+    cancel: threading.Event | None = None,
 ) -> ProcResult:
     """Run `cmd` with stdout and stderr merged and bounded; kill its process group at `timeout_s`, or when it
-    passes one of `limits`."""
+    passes one of `limits`, or when `cancel` is set (from another thread: then Cancelled is raised)."""
     limits = limits or Limits()
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -259,12 +281,12 @@ def run_bounded(
             pass
     timed_out = False
     try:
-        proc.wait(timeout=timeout_s)
+        _wait(proc, timeout_s, cancel)
     except subprocess.TimeoutExpired:
         timed_out = True
         kill_group(proc)
         proc.wait()
-    except BaseException:  # Ctrl-C or a kill of ours: take the program's whole group with us
+    except BaseException:  # Ctrl-C, a cancel or a kill of ours: take the program's whole group with us
         watchdog.stop()
         kill_group(proc)
         raise

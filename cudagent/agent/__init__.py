@@ -1,11 +1,17 @@
-"""The agent: a ReAct loop that drives a policy through tool calls in a workspace, judged by the evaluator.
+"""The agent: an episode (the environment) that drivers step, and the recorders that keep what it produced.
 
-policy.py         the Policy protocol the loop calls (chat today, token-level for training later)
-openai_policy.py  an OpenAI-compatible chat implementation: native tool calls, fallbacks, retries
-actions.py        the text action format for servers without tool calls
-tools.py          the tools: bash, files, compile, verify, profile, finish
-prompting.py      jinja2 prompts and skill packs
-gitrun.py         the run's branch: a worktree of the user's repo, or a repo of its own
-trajectory.py     the run directory: the full history, written after every turn, and resume
-loop.py           the loop itself: turns, limits, elision, commits, the final re-evaluation
+episode.py         the episode core: opening, act, stop_reason, finish; limits, best-kernel bookkeeping
+tools.py           the tools: bash, files, compile, verify, profile, finish (evaluation through the evaluator port)
+chat_driver.py     steps an episode with a chat policy (optimize, bench): elision, replies, recorders
+token_driver.py    steps an episode with a token backend (training, token mode): the exact token ledger
+policy.py          the chat Policy protocol; openai_policy.py, its OpenAI-compatible implementation
+backends.py        token backends: Hugging Face transformers, a vLLM server, scripted replies
+renderer.py        messages to token ids with the model's chat template, appending only what is new
+ledger.py          prompt ids, response ids, response mask, log-probabilities
+actions.py         the text action format (and parsing calls out of sampled text)
+recorders.py       git (per-turn commits, trailers, the best tag), the trajectory, UI events, memory
+runner.py          `optimize` runs: set up, resume, drive; token_run.py, the same in token mode
+prompting.py       jinja2 prompts and skill packs
+gitrun.py          the run's branch: a worktree of the user's repo, or a repo of its own
+trajectory.py      the run directory: the full history, written after every turn, and resume
 """

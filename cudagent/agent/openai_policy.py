@@ -8,11 +8,15 @@ A reply without native calls is still searched for a written action, since small
 
 Retries are ours (the client's are off): 429, 5xx, timeouts, dropped connections and unparseable answers are
 retried with exponential backoff and jitter, honouring Retry-After; authentication, permission and context-length
-errors are not, since retrying cannot fix them.
+errors are not, since retrying cannot fix them. `prepare` is synchronous (it runs once, before an episode);
+`reply` is a coroutine on the client's async twin, so many episodes share one event loop and a cancelled episode
+drops its request at once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 import random
 import time
@@ -35,8 +39,6 @@ _TOOL_HINTS = ("tool", "function")
 
 
 class OpenAIChatPolicy:
-    tokenizes = False
-
     def __init__(
         self,
         base_url: str | None = None,
@@ -50,13 +52,14 @@ class OpenAIChatPolicy:
         max_tokens: int | None = None,
         mode: str | None = None,
         prices_per_mtok: tuple[float, float] | None = None,
-        sleep=time.sleep,
+        sleep=None,
     ):
         import openai
 
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
         key = api_key or os.environ.get("OPENAI_API_KEY") or "none"  # local servers take any key
         self._client = openai.OpenAI(base_url=self.base_url, api_key=key, max_retries=0, timeout=timeout_s)
+        self._async_client = openai.AsyncOpenAI(base_url=self.base_url, api_key=key, max_retries=0, timeout=timeout_s)
         self._openai = openai
         self.model = model or ""
         self.mode = mode or "auto"
@@ -67,7 +70,7 @@ class OpenAIChatPolicy:
         self.temperature, self.max_tokens = temperature, max_tokens
         self.prices = prices_per_mtok
         self.context_tokens: int | None = None  # learned from the server when it says
-        self._sleep = sleep
+        self._sleep = sleep or _sleep  # replies sleep without blocking the event loop; prepare blocks
         self.events: list[str] = []  # what the policy learned or changed (mode downgrades), for the trajectory
 
     @property
@@ -134,7 +137,7 @@ class OpenAIChatPolicy:
 
     # ----- replies --------------------------------------------------------------------------------------------
 
-    def reply(self, messages: list[dict], tools: list[dict]) -> PolicyReply:
+    async def reply(self, messages: list[dict], tools: list[dict]) -> PolicyReply:
         names = {t["function"]["name"] for t in tools}
         while True:
             kwargs: dict = {"model": self.model, "messages": _for_mode(messages, self.mode)}
@@ -147,8 +150,8 @@ class OpenAIChatPolicy:
                 kwargs["max_tokens"] = self.max_tokens
             start = time.monotonic()
             try:
-                response, attempts = self._retrying_counted(
-                    lambda kw=kwargs: self._client.chat.completions.create(**kw), "asking the model"
+                response, attempts = await self._retrying_async(
+                    lambda kw=kwargs: self._async_client.chat.completions.create(**kw), "asking the model"
                 )
             except PolicyError as exc:
                 if (
@@ -200,6 +203,7 @@ class OpenAIChatPolicy:
             finish_reason=choice.finish_reason,
             format_error=format_error,
             attempts=attempts,
+            cost_usd=self.cost_usd(usage),
             extra={"native": native},
         )
 
@@ -223,7 +227,24 @@ class OpenAIChatPolicy:
                 err = self._classify(exc, what)
                 if not err.retryable or attempt == self.max_attempts:
                     raise err from exc
-                self._sleep(self._delay(attempt, exc))
+                pause = self._sleep(self._delay(attempt, exc))
+                if inspect.isawaitable(pause):  # a blocking call made from inside an event loop: do not wait
+                    pause.close()
+        raise err  # pragma: no cover  (the loop always returns or raises)
+
+    async def _retrying_async(self, make, what: str):
+        """(result, attempts) of `await make()`, retried as `_retrying_counted` retries."""
+        err = None
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                return await make(), attempt
+            except Exception as exc:  # classified below; anything unknown is not retried
+                err = self._classify(exc, what)
+                if not err.retryable or attempt == self.max_attempts:
+                    raise err from exc
+                pause = self._sleep(self._delay(attempt, exc))
+                if inspect.isawaitable(pause):
+                    await pause
         raise err  # pragma: no cover  (the loop always returns or raises)
 
     def _delay(self, attempt: int, exc: Exception) -> float:
@@ -262,6 +283,16 @@ class OpenAIChatPolicy:
                 retryable=True,
             )
         return PolicyError(f"{type(exc).__name__} while {where}: {str(exc)[:300]}")
+
+
+def _sleep(seconds: float):
+    """asyncio.sleep inside a running event loop, time.sleep outside one."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        time.sleep(seconds)
+        return None
+    return asyncio.sleep(seconds)
 
 
 def _status_text(exc) -> str:

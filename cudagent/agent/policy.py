@@ -1,16 +1,9 @@
-"""What the loop needs from a policy, and nothing more.
+"""What the chat driver needs from a policy, and nothing more.
 
-The loop keeps one linear history of chat messages and, each turn, asks the policy for the next reply given that
-history and the tool schemas. Two kinds of policy fit this interface:
-
-- `OpenAIChatPolicy` (openai_policy.py) talks to any OpenAI-compatible server. It returns text and tool calls.
-- A token-level policy for training (verl's agent loop, REFERENCE.md §6) renders the same messages with the
-  model's chat template, samples with its own engine and fills `PolicyReply.token_ids` and `logprobs` with the
-  exact sampled ids and their log-probabilities. The loop stores them in the trajectory untouched, never
-  re-tokenizes a reply, and marks every message it adds itself (observations, format errors, limit notices) as
-  `role` "tool" or "user": those tokens are the ones a trainer masks out. `Policy.tokenizes` tells the loop which
-  kind it holds, so it can refuse history edits (elision) that would make the token stream differ from what the
-  policy saw: a token-level policy gets its context limit enforced by ending the episode instead.
+Each turn the chat driver (chat_driver.py) asks the policy for the next reply to the history (old observations
+elided when the context window fills) and the tool schemas. `OpenAIChatPolicy` (openai_policy.py) talks to any
+OpenAI-compatible server and returns text and tool calls. Training does not go through this interface: the token
+driver (token_driver.py) owns the exact token ids a model sampled and never re-tokenizes text.
 """
 
 from __future__ import annotations
@@ -57,6 +50,7 @@ class PolicyReply:
     token_ids: list[int] | None = None  # token-level policies only: the sampled ids
     logprobs: list[float] | None = None  # and their log-probabilities
     attempts: int = 1
+    cost_usd: float | None = None  # what the reply cost, where the policy knows prices
     extra: dict = field(default_factory=dict)
 
 
@@ -77,12 +71,13 @@ class ContextOverflow(PolicyError):
 class Policy(Protocol):
     model: str
     action_format: str  # "tools" (native tool calls) or "text" (fenced action blocks, see actions.py)
-    tokenizes: bool  # True for token-level policies (see the module docstring)
+    context_tokens: int | None  # the model's context window, when the server said; None: unknown
+    max_tokens: int | None  # most tokens of one reply, when limited; elision keeps this much room for it
 
     def prepare(self) -> None:
-        """Resolve the model and learn what the server supports, before the first reply."""
+        """Resolve the model and learn what the server supports, before the first reply (blocking)."""
 
-    def reply(self, messages: list[dict], tools: list[dict]) -> PolicyReply:
+    async def reply(self, messages: list[dict], tools: list[dict]) -> PolicyReply:
         """The next assistant reply to `messages`; raise PolicyError when none can be had."""
 
     def describe(self) -> dict:

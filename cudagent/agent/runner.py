@@ -1,13 +1,16 @@
-"""Starting and resuming runs: everything `cudagent optimize` sets up around the loop.
+"""Starting and resuming runs: everything `cudagent optimize` sets up around an episode.
 
 A new run checks what can fail before it creates anything (the task, the device, the model server), then makes
 the run directory, the branch and the workspace, commits the workspace as the branch's first commit, and writes
-the trajectory's header. A resumed run reads the trajectory, resets the branch to the last recorded head (a turn
-cut off by a crash left nothing behind) and goes on with the same model server, unless told otherwise.
+the trajectory's header. Then a driver steps the episode (the chat driver for a chat server, the token driver for
+a token-level backend) and the recorders keep the branch, the trajectory and the live UI. A resumed run reads the
+trajectory, resets the branch to the last recorded head (a turn cut off by a crash left nothing behind) and goes
+on with the same model server, unless told otherwise.
 """
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import os
 import sys
@@ -15,15 +18,18 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from cudagent.agent.chat_driver import ChatDriver
+from cudagent.agent.episode import Episode, EpisodeLimits, EpisodeResult, EpisodeState, TaskInfo
 from cudagent.agent.gitrun import RunRepo
-from cudagent.agent.loop import Agent, Limits, LoopState, RunInfo
 from cudagent.agent.policy import PolicyError
-from cudagent.agent.prompting import Prompts, load_skills
+from cudagent.agent.prompting import load_skills
+from cudagent.agent.recorders import EventRecorder, GitRecorder, Recorders, TrajectoryRecorder
 from cudagent.agent.sandbox import Sandbox
 from cudagent.agent.sandbox import choose as choose_sandbox
 from cudagent.agent.tools import Toolbox
-from cudagent.agent.trajectory import Trajectory, find_run, new_run_id, runs_root
+from cudagent.agent.trajectory import Trajectory, find_run, new_run_id
 from cudagent.errors import CudagentError, EnvironmentProblem
+from cudagent.settings import Settings
 
 
 @dataclass
@@ -35,13 +41,11 @@ class PolicySettings:
     temperature: float | None = None
     max_tokens: int | None = None
     timeout_s: float | None = None  # one request; None: 600 s
+    prices_per_mtok: tuple[float, float] | None = None  # dollars per million (prompt, completion) tokens
 
     def build(self):
         from cudagent.agent.openai_policy import OpenAIChatPolicy
 
-        prices = None
-        if os.environ.get("CUDAGENT_PRICE_INPUT") and os.environ.get("CUDAGENT_PRICE_OUTPUT"):
-            prices = (float(os.environ["CUDAGENT_PRICE_INPUT"]), float(os.environ["CUDAGENT_PRICE_OUTPUT"]))
         return OpenAIChatPolicy(
             base_url=self.base_url,
             api_key=self.api_key,
@@ -50,52 +54,88 @@ class PolicySettings:
             temperature=self.temperature,
             max_tokens=self.max_tokens,
             timeout_s=self.timeout_s or 600.0,
-            prices_per_mtok=prices,
+            prices_per_mtok=self.prices_per_mtok,
         )
 
 
 @dataclass
 class RunOptions:
+    settings: Settings
     device: str = "auto"
-    limits: Limits = field(default_factory=Limits)
+    limits: EpisodeLimits = field(default_factory=EpisodeLimits)
     final_evaluation: bool = True
     sandbox: str | None = None  # auto, bwrap, limits or none; None: auto for a new run, the recorded one on resume
 
 
+@dataclass
+class Run:
+    """A run's pieces once set up, whoever drives it."""
+
+    run_id: str
+    traj: Trajectory
+    repo: RunRepo
+    evaluator: object  # the evaluator port
+    episode: Episode
+    recorders: Recorders
+    sandbox: Sandbox
+    lock: object  # held from creation (or resume) to the end: one process per run
+
+
 def start_run(task_path: Path, policy_settings: PolicySettings, options: RunOptions, reporter, policy=None) -> dict:
-    """Start a run. `policy` replaces the one `policy_settings` describe (a token-level policy in training, a
-    replay in benchmarks); the settings are still what the trajectory records for a resume."""
-    from cudagent.evaluator import Evaluator
+    """Start a run with a chat policy. `policy` replaces the one `policy_settings` describe (a replay in benchmarks);
+    the settings are still what the trajectory records for a resume."""
+    policy = policy if policy is not None else policy_settings.build()
+    recorded = {k: v for k, v in asdict(policy_settings).items() if k not in ("api_key", "prices_per_mtok")}
+    run = new_run(task_path, options, reporter, _Prepared(policy), {"policy_settings": recorded})
+    return drive(run, ChatDriver(run.episode, policy, run.recorders, options.final_evaluation), reporter, policy.model)
+
+
+def new_run(task_path: Path, options: RunOptions, reporter, model, extra_header: dict | None = None) -> Run:
+    """Validate, create the run directory, branch, workspace and trajectory, and the episode over them.
+    `model` (a chat policy, or a token backend's stand-in) has `prepare()`, run before anything exists (it may
+    fail), `describe()`, `model` and `action_format`."""
+    from cudagent.evaluator.evaluator import EvalOptions
+    from cudagent.evaluator.port import LocalEvaluator
     from cudagent.hardware import resolve_device
     from cudagent.task import load_task
+    from cudagent.workspace import Workspace
 
     task = load_task(task_path)
     device = resolve_device(options.device)
     requested_sandbox = options.sandbox or "auto"
     sandbox = choose_sandbox(requested_sandbox)
-    evaluator = Evaluator(task, device)  # validates the task: a broken reference fails here, before any run exists
+    # validates the task: a broken reference fails here, before any run exists
+    evaluator = LocalEvaluator(task, device, EvalOptions(fork_server=options.settings.fork_server))
     try:
-        policy = _prepared(policy if policy is not None else policy_settings.build())
+        model.prepare()
     except BaseException:
-        evaluator.close()
+        asyncio.run(evaluator.close())
         raise
     run_id = new_run_id(Path(task_path).stem)
-    run_dir = runs_root() / run_id
+    run_dir = options.settings.runs_root / run_id
     run_dir.mkdir(parents=True)
     lock = _lock(run_dir)
     repo = RunRepo.create(Path(task_path), run_dir, run_id, Path(task_path).stem)
-    from cudagent.workspace import Workspace
-
     Workspace.create(Path(repo.workspace), task.source)
     repo.ensure_ignore_file()
     base = repo.commit(
         f"cudagent: workspace for {task.name}", trailers={"Cudagent-Run": run_id, "Cudagent-Turn": 0}, allow_empty=True
     )
     repo.base_commit = base
-    info = RunInfo(run_id, task.name, task.source, environment(device), load_skills(device.kind))
-    prompts = Prompts()
-    messages = Agent.opening_messages(
-        prompts, info, options.limits, policy.action_format, repo.workspace, evaluator.baselines.cached_medians()
+    described = evaluator.describe()
+    policy_description = model.describe()
+    toolbox = _toolbox(repo, task.source, evaluator, sandbox)
+    episode = Episode(
+        TaskInfo(task.name, task.source),
+        toolbox,
+        evaluator,
+        options.limits,
+        action_format=model.action_format,
+        env=described["env"],
+        skills=load_skills(device.kind),
+        model=model.model,
+        state=EpisodeState(head=base),
+        baselines=described["baselines"],
     )
     header = {
         "run_id": run_id,
@@ -107,72 +147,184 @@ def start_run(task_path: Path, policy_settings: PolicySettings, options: RunOpti
             "source": task.source,
         },
         "device": device.to_dict(),
-        "env": info.env,
-        "policy": policy.describe(),
-        "policy_settings": {k: v for k, v in asdict(policy_settings).items() if k != "api_key"},
+        "env": described["env"],
+        "policy": policy_description,
         "limits": options.limits.to_dict(),
         "sandbox": {**sandbox.to_dict(), "requested": requested_sandbox},
         "repo": repo.to_dict(),
-        "messages": messages,
-        "state": asdict(LoopState(head=base)),
+        "messages": episode.messages,
+        "state": asdict(episode.state),
+        **(extra_header or {}),
     }
     traj = Trajectory.create(run_dir, header)
+    return _assemble(
+        run_id, traj, repo, evaluator, episode, sandbox, reporter, options.limits, policy_description, lock
+    )
+
+
+def open_run(ref: str, settings: Settings) -> tuple[Trajectory, object]:
+    """The trajectory of run `ref` and its lock (one process per run: a live run is refused)."""
+    run_dir = find_run(ref, settings.runs_root)
+    lock = _lock(run_dir)
     try:
-        return _drive(info, traj, policy, evaluator, repo, options, reporter, prompts, sandbox)
-    finally:
+        return Trajectory.load(run_dir), lock
+    except BaseException:
         lock.close()
+        raise
 
 
 def resume_run(
-    ref: str, policy_settings: PolicySettings | None, options: RunOptions, limit_overrides: dict, reporter
+    traj: Trajectory, lock, policy_settings: PolicySettings | None, options: RunOptions, limit_overrides: dict, reporter
 ) -> dict:
-    from cudagent.evaluator import Evaluator
+    """Continue a chat run from its trajectory (open_run gives both)."""
+    try:
+        return _resume_chat(traj, policy_settings, options, limit_overrides, reporter, lock)
+    except BaseException:
+        lock.close()
+        raise
+
+
+def _resume_chat(traj, policy_settings, options, limit_overrides, reporter, lock) -> dict:
+    h = traj.header
+    settings = PolicySettings(**h.get("policy_settings", {}))
+    for key, value in asdict(policy_settings or PolicySettings()).items():
+        if value is not None:
+            setattr(settings, key, value)
+    settings.model = settings.model or h["policy"].get("model")
+    if settings.mode is None:
+        settings.mode = h["policy"].get("mode")
+    policy = settings.build()
+    run = reopen_run(traj, options, limit_overrides, reporter, _Prepared(policy), lock)
+    return drive(run, ChatDriver(run.episode, policy, run.recorders, options.final_evaluation), reporter, policy.model)
+
+
+def reopen_run(traj: Trajectory, options: RunOptions, limit_overrides: dict, reporter, model, lock) -> Run:
+    from cudagent.evaluator.evaluator import EvalOptions
+    from cudagent.evaluator.port import LocalEvaluator
     from cudagent.hardware import resolve_device
     from cudagent.task import Task
 
-    run_dir = find_run(ref)
-    lock = _lock(run_dir)
+    h = traj.header
+    repo = RunRepo.from_dict(h["repo"])
+    if not Path(repo.repo_dir).is_dir():
+        raise CudagentError(f"the run's checkout {repo.repo_dir} is gone; the run cannot resume")
+    model.prepare()
+    limits = EpisodeLimits(**{**traj.limits, **{k: v for k, v in limit_overrides.items() if v is not None}})
+    state = EpisodeState.from_dict(traj.last_state)
+    traj.add_resume({"time": time.time(), "limits": limits.to_dict(), "from_turn": len(traj.turns)})
+    repo.reset_to(state.head)
+    task = Task(h["task"]["name"], h["task"]["source"], Path(h["task"]["path"]))
+    device = resolve_device(h["device"]["kind"])
+    evaluator = LocalEvaluator(task, device, EvalOptions(fork_server=options.settings.fork_server))
+    sandbox = choose_sandbox(options.sandbox or h.get("sandbox", {}).get("requested", "auto"))
+    best_files = None
+    if state.best and state.best.get("commit"):
+        best_files = _agent_files(repo.files_at(state.best["commit"]))
+    toolbox = _toolbox(repo, task.source, evaluator, sandbox)
+    episode = Episode(
+        TaskInfo(task.name, task.source),
+        toolbox,
+        evaluator,
+        limits,
+        action_format=model.action_format,
+        env=h["env"],
+        skills=[],
+        model=model.model,
+        state=state,
+        messages=traj.messages(),
+        best_files=best_files,
+    )
+    return _assemble(h["run_id"], traj, repo, evaluator, episode, sandbox, reporter, limits, h["policy"], lock)
+
+
+def _assemble(run_id, traj, repo, evaluator, episode, sandbox, reporter, limits, policy_description, lock) -> Run:
+    recorders = Recorders(
+        GitRecorder(repo, run_id, policy_description.get("model", ""), episode.env.get("gpu")),
+        TrajectoryRecorder(traj, policy_description),
+        EventRecorder(reporter, limits),
+    )
+    episode.on_improvement = recorders.improved
+    return Run(run_id, traj, repo, evaluator, episode, recorders, sandbox, lock)
+
+
+def drive(run: Run, driver, reporter, model: str) -> dict:
+    """Run the driver to the end of the episode; record the end; return the summary. Ctrl-C ends the episode as
+    `interrupted` (recorded, resumable) and is raised again."""
+    warn_about_sandbox(run.sandbox)
+    reporter.event(
+        {
+            "event": "start",
+            "run_id": run.run_id,
+            "turn": run.episode.state.turn,
+            "max_turns": run.episode.limits.max_turns,
+            "model": model,
+            "branch": run.repo.branch,
+            "run_dir": str(run.traj.run_dir),
+            "sandbox": run.sandbox.to_dict(),
+        }
+    )
     try:
-        traj = Trajectory.load(run_dir)
-        h = traj.header
-        repo = RunRepo.from_dict(h["repo"])
-        if not Path(repo.repo_dir).is_dir():
-            raise CudagentError(f"the run's checkout {repo.repo_dir} is gone; the run cannot resume")
-        settings = PolicySettings(**h.get("policy_settings", {}))
-        for key, value in asdict(policy_settings or PolicySettings()).items():
-            if value is not None:
-                setattr(settings, key, value)
-        settings.model = settings.model or h["policy"].get("model")
-        if settings.mode is None:
-            settings.mode = h["policy"].get("mode")
-        policy = _prepared(settings.build())
-        limits = Limits(**{**traj.limits, **{k: v for k, v in limit_overrides.items() if v is not None}})
-        traj.add_resume({"time": time.time(), "limits": limits.to_dict(), "from_turn": len(traj.turns)})
-        repo.reset_to(traj.last_state["head"])
-        task = Task(h["task"]["name"], h["task"]["source"], Path(h["task"]["path"]))
-        device = resolve_device(h["device"]["kind"])
-        evaluator = Evaluator(task, device)
-        sandbox = choose_sandbox(options.sandbox or h.get("sandbox", {}).get("requested", "auto"))
-        info = RunInfo(h["run_id"], task.name, task.source, h["env"], [])
-        options.limits = limits
-        return _drive(info, traj, policy, evaluator, repo, options, reporter, Prompts(), sandbox)
+        result = asyncio.run(_drive(run, driver))
+    except KeyboardInterrupt:
+        interrupted = getattr(driver, "interrupted", None)
+        if interrupted is not None:
+            run.recorders.end(interrupted, summarize(run, interrupted, model))
+        raise
     finally:
-        lock.close()
+        run.lock.close()
+    summary = summarize(run, result, model)
+    run.recorders.end(result, summary)
+    return summary
 
 
-def _drive(info, traj, policy, evaluator, repo, options, reporter, prompts, sandbox) -> dict:
+async def _drive(run: Run, driver) -> EpisodeResult:
+    try:
+        return await driver.run()
+    finally:
+        await run.evaluator.close()
+
+
+def summarize(run: Run, result: EpisodeResult, model: str) -> dict:
+    s = result.state
+    final = dict(result.final) if result.final else None
+    if final is not None and result.best:
+        final["commit"] = result.best.get("commit")
+    return {
+        "run_id": run.run_id,
+        "run_dir": str(run.traj.run_dir),
+        "repo": run.repo.repo_dir,
+        "workspace": run.repo.workspace,
+        "branch": run.repo.branch,
+        "turns": s.turn,
+        "exit_reason": result.end_reason,
+        "error": result.error,
+        "best": result.best,
+        "final": final,
+        "tokens": {"prompt": s.prompt_tokens, "completion": s.completion_tokens},
+        "cost_usd": s.cost_usd,
+        "elapsed_s": round(s.elapsed_s, 1),
+        "model": model,
+        "tool_calls": {"valid": s.valid_calls, "invalid": s.invalid_calls},
+    }
+
+
+def _toolbox(repo: RunRepo, task_source: str, evaluator, sandbox: Sandbox) -> Toolbox:
     from cudagent.workspace import Workspace
 
-    warn_about_sandbox(sandbox)
-    toolbox = Toolbox(
-        Workspace(Path(repo.workspace)), info.task_source, lambda: evaluator, sandbox, read_only=(repo.link_path,)
-    )
-    agent = Agent(info, traj, policy, toolbox, repo, options.limits, reporter, prompts, options.final_evaluation)
-    try:
-        return agent.run()
-    finally:
-        toolbox.close()
-        evaluator.close()
+    return Toolbox(Workspace(Path(repo.workspace)), task_source, evaluator, sandbox, read_only=(repo.link_path,))
+
+
+def _agent_files(files: dict[str, bytes]) -> dict[str, bytes]:
+    from cudagent.evaluator.port import check_snapshot
+
+    owned = {}
+    for rel, data in files.items():
+        try:
+            check_snapshot({rel: data})
+        except ValueError:
+            continue
+        owned[rel] = data
+    return owned
 
 
 def warn_about_sandbox(sandbox: Sandbox) -> None:
@@ -187,33 +339,28 @@ def warn_about_sandbox(sandbox: Sandbox) -> None:
         sys.stderr.flush()
 
 
-def _prepared(policy):
-    try:
-        policy.prepare()
-    except PolicyError as exc:
-        raise EnvironmentProblem(f"the model server cannot be used: {exc.message}") from exc
-    return policy
+class _Prepared:
+    """A chat policy whose prepare() failure is an environment problem (exit 3), with one clear sentence."""
 
+    def __init__(self, policy):
+        self.policy = policy
 
-def environment(device) -> dict:
-    """What the prompts say about the machine."""
-    import torch
+    def prepare(self) -> None:
+        try:
+            self.policy.prepare()
+        except PolicyError as exc:
+            raise EnvironmentProblem(f"the model server cannot be used: {exc.message}") from exc
 
-    if device.is_cuda:
-        return {
-            "gpu": device.name,
-            "arch": device.arch,
-            "device": "cuda",
-            "cuda": device.cuda_version or "?",
-            "torch": torch.__version__,
-        }
-    return {
-        "gpu": f"CPU ({device.name}, no GPU: write C++ kernels)",
-        "arch": "host",
-        "device": "cpu",
-        "cuda": "none",
-        "torch": torch.__version__,
-    }
+    def describe(self) -> dict:
+        return self.policy.describe()
+
+    @property
+    def model(self) -> str:
+        return self.policy.model
+
+    @property
+    def action_format(self) -> str:
+        return self.policy.action_format
 
 
 class _Lock:

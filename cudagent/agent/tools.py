@@ -1,5 +1,7 @@
 """The agent's tools. Each call returns an Observation: the concise text the model reads, the full text the
-trajectory keeps, and structured data (the evaluator's verdict) the loop uses.
+trajectory keeps, and structured data (the evaluator's verdict) the episode uses. `compile`, `verify` and
+`profile` send a snapshot of the agent's files to the evaluator port (evaluator/port.py), which never builds or
+judges this live directory; the shell runs in a worker thread, so many episodes can share one event loop.
 
 Every path is relative to the workspace and must stay inside it; the reference, the fixed infrastructure and the
 build directory are read-only to the agent. The shell runs in the workspace under the run's sandbox (sandbox.py),
@@ -9,12 +11,15 @@ environment; fixed files it changes anyway (outside bubblewrap) are restored at 
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudagent.agent.sandbox import Sandbox
+from cudagent.evaluator.port import EvaluatorPort, snapshot_of
 from cudagent.procs import run_bounded
 from cudagent.workspace import BUILD, INFRA_FILES, MODEL, Workspace
 
@@ -123,32 +128,27 @@ class Toolbox:
         self,
         ws: Workspace,
         task_source: str,
-        evaluator_factory,
+        evaluator: EvaluatorPort | None,
         sandbox: Sandbox | None = None,
         read_only: tuple[Path, ...] = (),
     ):
         self.ws, self.task_source = ws, task_source
-        self._evaluator_factory = evaluator_factory
-        self._evaluator = None
+        self.evaluator = evaluator
         self.sandbox = sandbox or Sandbox("none")
         # what the shell may not change: the fixed files, build/, and the checkout's git link (`read_only`)
         self.read_only = [ws.root / name for name in (*PROTECTED, BUILD, ".git")] + list(read_only)
 
-    def close(self) -> None:
-        if self._evaluator is not None:
-            self._evaluator.close()
-            self._evaluator = None
-
-    @property
-    def evaluator(self):
-        if self._evaluator is None:
-            self._evaluator = self._evaluator_factory()
-        return self._evaluator
-
-    def run(self, name: str, args: dict) -> Observation:
+    async def run(self, name: str, args: dict) -> Observation:
         start = time.monotonic()
+        if name not in TOOL_NAMES:
+            return Observation(f"there is no tool {name!r}; use one of {', '.join(sorted(TOOL_NAMES))}", ok=False)
         try:
-            obs = getattr(self, f"_tool_{name}")(**_accepted(name, args))
+            method = getattr(self, f"_tool_{name}")
+            accepted = _accepted(name, args)
+            if asyncio.iscoroutinefunction(method):
+                obs = await method(**accepted)
+            else:
+                obs = method(**accepted)
         except ToolRefused as exc:
             obs = Observation(f"refused: {exc}", ok=False)
         except TypeError as exc:
@@ -180,12 +180,25 @@ class Toolbox:
 
     # ----- tools ----------------------------------------------------------------------------------------------
 
-    def _tool_bash(self, command: str, timeout: int | None = None) -> Observation:
+    async def _tool_bash(self, command: str, timeout: int | None = None) -> Observation:
         if not isinstance(command, str) or not command.strip():
             return Observation("give a command to run", ok=False)
         limit = DEFAULT_BASH_TIMEOUT_S if timeout is None else max(1, min(int(timeout), MAX_BASH_TIMEOUT_S))
         argv = self.sandbox.command(["bash", "-c", command], self.ws.root, self.read_only)
-        result = run_bounded(argv, timeout_s=limit, env=shell_env(), cwd=str(self.ws.root), limits=self.sandbox.limits)
+        cancel = threading.Event()
+        try:
+            result = await asyncio.to_thread(
+                run_bounded,
+                argv,
+                timeout_s=limit,
+                env=shell_env(),
+                cwd=str(self.ws.root),
+                limits=self.sandbox.limits,
+                cancel=cancel,
+            )
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            cancel.set()  # the worker thread kills the command's process group at once
+            raise
         text = result.output
         if result.timed_out:
             text += f"\n[the command ran past {limit} s and was killed with its process group]"
@@ -239,9 +252,9 @@ class Toolbox:
         line = text[: text.index(old_str)].count("\n") + 1
         return Observation(f"edited {path} at line {line}")
 
-    def _tool_compile(self) -> Observation:
+    async def _tool_compile(self) -> Observation:
         self.ws.ensure_infrastructure(self.task_source)
-        result = self.evaluator.build(self.ws)
+        result = await self.evaluator.build(snapshot_of(self.ws))
         if result.ok:
             return Observation(f"build OK ({result.seconds:.1f} s)", data={"build": result.to_dict()})
         head = "build TIMED OUT" if result.timed_out else "build FAILED"
@@ -249,16 +262,19 @@ class Toolbox:
             f"{head} ({result.seconds:.1f} s)\n{result.errors or ''}", ok=False, data={"build": result.to_dict()}
         )
 
-    def _tool_verify(self) -> Observation:
-        return self._evaluate(timing=False)
+    async def _tool_verify(self) -> Observation:
+        return await self._evaluate(timing=False)
 
-    def _tool_profile(self) -> Observation:
-        return self._evaluate(timing=True)
+    async def _tool_profile(self) -> Observation:
+        return await self._evaluate(timing=True)
 
-    def _evaluate(self, timing: bool) -> Observation:
-        verdict = self.evaluator.evaluate(self.ws, timing=timing)
+    async def _evaluate(self, timing: bool) -> Observation:
+        self.ws.ensure_infrastructure(self.task_source)
+        snapshot = snapshot_of(self.ws)
+        verdict = await self.evaluator.evaluate(snapshot, timing=timing)
         obs = clip(verdict.summary(detail=timing), ok=verdict.correct)
         obs.verdict = verdict.to_dict()
+        obs.data["snapshot"] = snapshot  # exactly the files judged: the episode keeps them if they are the best
         return obs
 
     def _tool_finish(self, summary: str = "") -> Observation:

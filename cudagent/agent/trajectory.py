@@ -8,7 +8,7 @@
 A turn line is appended and flushed to disk only after the turn's commit, and it carries the branch head and the
 loop's counters after the turn, so the file alone rebuilds the run: `--resume` replays it, resets the branch to
 the last recorded head and goes on. A line cut short by a kill is ignored. <runs> is $CUDAGENT_HOME/runs
-(default ~/.local/share/cudagent/runs).
+(default ~/.local/share/cudagent/runs; settings.py), given to these functions by the CLI.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -25,40 +26,24 @@ from cudagent.errors import CudagentError
 TRAJECTORY = "trajectory.jsonl"
 
 
-def cudagent_home() -> Path:
-    root = os.environ.get("CUDAGENT_HOME") or os.path.join(
-        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "cudagent"
-    )
-    return Path(root)
-
-
-def runs_root() -> Path:
-    return cudagent_home() / "runs"
-
-
 def new_run_id(task_stem: str) -> str:
+    """`<task>-<date>-<time>-<6 hex>`: readable, sortable, and unique however many episodes start in a second."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in task_stem)[:60] or "task"
-    base = f"{safe}-{stamp}"
-    run_id, n = base, 1
-    while (runs_root() / run_id).exists():
-        n += 1
-        run_id = f"{base}-{n}"
-    return run_id
+    return f"{safe}-{stamp}-{uuid.uuid4().hex[:6]}"
 
 
-def find_run(ref: str) -> Path:
-    """A run directory from a run id, `last`, or a path."""
-    root = runs_root()
+def find_run(ref: str, root: Path) -> Path:
+    """A run directory under `root` from a run id, a prefix of one, `last`, or a path."""
     if ref == "last":
-        runs = list_runs()
+        runs = list_runs(root)
         if not runs:
             raise CudagentError(f"there are no runs under {root} yet; start one with `cudagent optimize TASK`")
         return runs[-1]
     for candidate in (Path(ref).expanduser(), root / ref):
         if (candidate / TRAJECTORY).is_file():
             return candidate.resolve()
-    matches = [p for p in list_runs() if p.name.startswith(ref)]
+    matches = [p for p in list_runs(root) if p.name.startswith(ref)]
     if len(matches) == 1:
         return matches[0]
     if len(matches) > 1:
@@ -66,8 +51,7 @@ def find_run(ref: str) -> Path:
     raise CudagentError(f"no run {ref!r} under {root}; `cudagent runs` lists them")
 
 
-def list_runs() -> list[Path]:
-    root = runs_root()
+def list_runs(root: Path) -> list[Path]:
     if not root.is_dir():
         return []
     runs = [p for p in root.iterdir() if (p / TRAJECTORY).is_file() and read_header(p)]

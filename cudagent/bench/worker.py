@@ -16,9 +16,10 @@ from pathlib import Path
 
 
 def run(args) -> dict:
-    from cudagent.evaluator import EvalOptions, Evaluator
+    from cudagent.evaluator.evaluator import EvalOptions, Evaluator
     from cudagent.evaluator.nullcheck import null_candidates
     from cudagent.hardware import resolve_device
+    from cudagent.settings import Settings
     from cudagent.task import load_task, validate_task
     from cudagent.workspace import resolve_candidate, workspace_for
 
@@ -32,7 +33,8 @@ def run(args) -> dict:
         return {**out, **_optimize(args, device)}
     if args.solution is None:
         return {**out, "correct": False, "tier": -1, "error": "no solution for this task", "missing": True}
-    with Evaluator(task, device, EvalOptions(), null_candidates=out["null_candidates"]) as evaluator:
+    options = EvalOptions(fork_server=Settings.from_env().fork_server)
+    with Evaluator(task, device, options, null_candidates=out["null_candidates"]) as evaluator:
         verdict = evaluator.evaluate(workspace_for(resolve_candidate(Path(args.solution)), task.source))
     v = verdict.to_dict()
     keep = (
@@ -52,15 +54,18 @@ def run(args) -> dict:
 
 
 def _optimize(args, device) -> dict:
-    from cudagent.agent.loop import Limits
+    from cudagent.agent.episode import EpisodeLimits
     from cudagent.agent.runner import PolicySettings, RunOptions, start_run
     from cudagent.agent.ui import JsonEvents
+    from cudagent.settings import Settings
 
     settings = json.loads(Path(args.optimize).read_text())
-    limits = Limits(**settings.pop("limits", {}))
+    limits = EpisodeLimits(**settings.pop("limits", {}))
+    env = Settings.from_env()
+    options = RunOptions(settings=env, device=device.kind, limits=limits)
     with open(os.devnull, "w") as sink:
         summary = start_run(
-            Path(args.task), PolicySettings(**settings), RunOptions(device=device.kind, limits=limits), JsonEvents(sink)
+            Path(args.task), PolicySettings(**settings, prices_per_mtok=env.prices_per_mtok), options, JsonEvents(sink)
         )
     best, final = summary.get("best"), summary.get("final") or {}
     return {

@@ -11,39 +11,15 @@ import warnings
 
 import typer
 
-from cudagent import __version__
+import cudagent.cli.bench as _bench
+import cudagent.cli.check as _check  # each module registers its commands on `app`
+import cudagent.cli.doctor as _doctor
+import cudagent.cli.optimize as _optimize
+import cudagent.cli.review as _review
+from cudagent.cli.app import app
 from cudagent.errors import CudagentError, ExitCode
 
-app = typer.Typer(
-    name="cudagent",
-    help="Make PyTorch modules faster with custom CUDA kernels, judged by a trusted evaluator.",
-    no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode="rich",
-    pretty_exceptions_enable=False,
-)
-
-
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"cudagent {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
-) -> None:
-    """Exit codes: 0 ok, 1 candidate rejected, 2 bad input, 3 environment problem (no GPU, no compiler), 130
-    interrupted."""
-
-
-from cudagent.cli import bench as _bench  # noqa: E402
-from cudagent.cli import check as _check  # noqa: E402  (each module registers its commands on `app`)
-from cudagent.cli import optimize as _optimize  # noqa: E402
-from cudagent.cli import review as _review  # noqa: E402
-
-del _check, _optimize, _review, _bench
+del _check, _doctor, _optimize, _review, _bench
 
 
 def main() -> None:

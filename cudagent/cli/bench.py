@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from cudagent.cli import app
+from cudagent.cli.app import app
 from cudagent.cli.check import DeviceChoice
 from cudagent.errors import CudagentError, ExitCode
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from cudagent.cli import app
+from cudagent.cli.app import app
 from cudagent.errors import ExitCode
 
 
@@ -142,8 +142,10 @@ def _run(
     ncu: bool,
     detail: bool,
 ) -> None:
-    from cudagent.evaluator import EvalOptions, Evaluator, Tolerance
+    from cudagent.evaluator.compare import Tolerance
+    from cudagent.evaluator.evaluator import EvalOptions, Evaluator
     from cudagent.hardware import resolve_device
+    from cudagent.settings import Settings
     from cudagent.task import load_task
     from cudagent.workspace import resolve_candidate, workspace_for
 
@@ -160,6 +162,7 @@ def _run(
         call_timeout_s=call_timeout,
         build_timeout_s=build_timeout,
         ncu=ncu,
+        fork_server=Settings.from_env().fork_server,
     )
     with Evaluator(the_task, dev, options) as evaluator:
         verdict = evaluator.evaluate(workspace_for(cand, the_task.source))

@@ -1,16 +1,13 @@
-"""`cudagent optimize` (run or resume the agent) and `cudagent doctor` (is this machine ready?)."""
+"""`cudagent optimize`: run or resume the agent."""
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 from enum import Enum
 from pathlib import Path
 
 import typer
 
-from cudagent.cli import app
+from cudagent.cli.app import app
 from cudagent.cli.check import DeviceChoice
 from cudagent.errors import CudagentError, ExitCode
 
@@ -46,7 +43,23 @@ LIMIT_PANEL = "Limits"
 )
 def optimize(
     task: Path = typer.Argument(None, help="The task file (Model, get_inputs, get_init_inputs). Not with --resume."),
-    model: str = typer.Option(None, help="Model name; default: the server's first model.", rich_help_panel=MODEL_PANEL),
+    model: str = typer.Option(
+        None,
+        help="Model name; default: the server's first model. `hf:PATH` runs a local Hugging Face model (a directory "
+        "or a .gguf file; on the GPU if there is one) in token mode.",
+        rich_help_panel=MODEL_PANEL,
+    ),
+    token_mode: bool = typer.Option(
+        False,
+        "--token-mode",
+        help="Drive a vLLM server token by token (prompt ids in, sampled ids and log-probabilities out), keeping "
+        "the exact token ledger a trainer needs; needs --tokenizer.",
+        rich_help_panel=MODEL_PANEL,
+    ),
+    tokenizer: str = typer.Option(
+        None, help="The model's tokenizer (a directory or .gguf file), for --token-mode.", rich_help_panel=MODEL_PANEL
+    ),
+    seed: int = typer.Option(None, help="Sampling seed of a local hf: model.", rich_help_panel=MODEL_PANEL),
     base_url: str = typer.Option(
         None, help="OpenAI-compatible endpoint; default $OPENAI_BASE_URL.", rich_help_panel=MODEL_PANEL
     ),
@@ -110,9 +123,10 @@ def optimize(
 ) -> None:
     """Run the agent on a task: it writes kernels, compiles, verifies and profiles them, and commits every turn to
     the branch cudagent/<run-id>; the best verified kernel is tagged cudagent/<run-id>/best."""
-    from cudagent.agent.loop import Limits
-    from cudagent.agent.runner import PolicySettings, RunOptions, resume_run, start_run
+    from cudagent.agent.episode import EpisodeLimits
+    from cudagent.agent.runner import PolicySettings, RunOptions, open_run, resume_run, start_run
     from cudagent.agent.ui import reporter_for
+    from cudagent.settings import Settings
 
     if action_format is not None and action_format not in ("auto", "required", "text"):
         raise typer.BadParameter("use auto, required or text", param_hint="--action-format")
@@ -134,6 +148,7 @@ def optimize(
     for name, value in overrides.items():
         if value is not None and value <= 0:
             raise typer.BadParameter("must be positive", param_hint=f"--{name.replace('_', '-')}")
+    env_settings = Settings.from_env()
     settings = PolicySettings(
         base_url=base_url,
         api_key=api_key,
@@ -142,19 +157,44 @@ def optimize(
         temperature=temperature,
         max_tokens=reply_tokens,
         timeout_s=request_timeout,
+        prices_per_mtok=env_settings.prices_per_mtok,
     )
     options = RunOptions(
-        device=device.value, final_evaluation=final_check, sandbox=sandbox.value if sandbox is not None else None
+        settings=env_settings,
+        device=device.value,
+        final_evaluation=final_check,
+        sandbox=sandbox.value if sandbox is not None else None,
     )
     reporter = reporter_for(as_json)
     try:
         if resume is not None:
-            summary = resume_run(resume, settings, options, overrides, reporter)
+            traj, lock = open_run(resume, env_settings)
+            if traj.header.get("driver") == "token":
+                from cudagent.agent.token_run import resume_token_run
+
+                summary = resume_token_run(traj, options, overrides, reporter, lock)
+            else:
+                summary = resume_run(traj, lock, settings, options, overrides, reporter)
         else:
             if not task.is_file():
                 raise CudagentError(f"the task file {task} does not exist; give the path of a KernelBench-style .py")
-            options.limits = Limits(**{k: v for k, v in overrides.items() if v is not None})
-            summary = start_run(task, settings, options, reporter)
+            options.limits = EpisodeLimits(**{k: v for k, v in overrides.items() if v is not None})
+            if token_mode or (model or "").startswith("hf:"):
+                from cudagent.agent.token_run import TokenSettings, start_token_run
+
+                token = TokenSettings(
+                    model=model or "auto",
+                    base_url=base_url if token_mode else None,
+                    tokenizer=tokenizer,
+                    api_key=api_key,
+                    temperature=1.0 if temperature is None else temperature,
+                    reply_tokens=reply_tokens or 1024,
+                    context_tokens=context_tokens or 8192,
+                    seed=seed,
+                )
+                summary = start_token_run(task, token, options, reporter)
+            else:
+                summary = start_run(task, settings, options, reporter)
     except KeyboardInterrupt:
         reporter.close()
         typer.echo("cudagent: interrupted; continue with `cudagent optimize --resume last`", err=True)
@@ -170,115 +210,3 @@ def optimize(
             err=True,
         )
     raise typer.Exit(int(code))
-
-
-@app.command(epilog=ENV_HELP + "\n\nExit code 0 when everything a run needs is there, 3 when something is missing.")
-def doctor(
-    base_url: str = typer.Option(None, help="The model server to check; default $OPENAI_BASE_URL."),
-    model: str = typer.Option(None, help="The model to check; default: the server's first."),
-    device: DeviceChoice = typer.Option(DeviceChoice.auto, help="Check for a GPU run or a CPU run."),
-    skip_server: bool = typer.Option(False, "--no-server", help="Do not check a model server."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-) -> None:
-    """Check the GPU, nvcc, ninja, the C++ compiler, torch and the model server (with its tool-call support)."""
-    checks = _doctor_checks(device.value, None if skip_server else (base_url, model))
-    if as_json:
-        typer.echo(json.dumps({"ok": all(c["ok"] or not c["needed"] for c in checks), "checks": checks}))
-    else:
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title="cudagent doctor")
-        for col in ("check", "status", "detail"):
-            table.add_column(col)
-        for c in checks:
-            status = (
-                "[green]ok[/green]" if c["ok"] else ("[red]missing[/red]" if c["needed"] else "[yellow]no[/yellow]")
-            )
-            table.add_row(c["name"], status, c["detail"])
-        Console().print(table)
-    raise typer.Exit(int(ExitCode.OK if all(c["ok"] or not c["needed"] for c in checks) else ExitCode.ENVIRONMENT))
-
-
-def _doctor_checks(device: str, server: tuple | None) -> list[dict]:
-    import torch
-
-    checks = []
-
-    def add(name, ok, detail, needed=True):
-        checks.append({"name": name, "ok": bool(ok), "detail": detail, "needed": needed})
-
-    add("torch", True, torch.__version__)
-    cuda = torch.cuda.is_available()
-    want_gpu = device == "cuda" or (device == "auto" and cuda)
-    if cuda:
-        cap = torch.cuda.get_device_capability()
-        add("GPU", True, f"{torch.cuda.get_device_name()} (sm_{cap[0]}{cap[1]}), CUDA {torch.version.cuda}")
-    else:
-        add(
-            "GPU", False, "no CUDA GPU visible to torch: only --device cpu (C++ kernels) works", needed=device == "cuda"
-        )
-    nvcc = shutil.which("nvcc") or (
-        Path("/usr/local/cuda/bin/nvcc") if Path("/usr/local/cuda/bin/nvcc").exists() else None
-    )
-    add(
-        "nvcc",
-        nvcc is not None,
-        _first_line([str(nvcc), "--version"], last=True) if nvcc else "not found",
-        needed=want_gpu,
-    )
-    ninja = shutil.which("ninja")
-    if ninja is None:
-        try:
-            import ninja as ninja_pkg
-
-            ninja = str(Path(ninja_pkg.BIN_DIR) / "ninja")
-        except ImportError:
-            ninja = None
-    add("ninja", ninja is not None, _first_line([ninja, "--version"]) if ninja else "not found: pip install ninja")
-    cxx = shutil.which("c++") or shutil.which("g++")
-    add("C++ compiler", cxx is not None, _first_line([cxx, "--version"]) if cxx else "not found: install g++")
-    from cudagent.agent.sandbox import bwrap_problem
-
-    problem = bwrap_problem()
-    add(
-        "shell sandbox",
-        problem is None,
-        "bubblewrap works: the agent's shell is confined"
-        if problem is None
-        else f"{problem}; the agent's shell will run with resource limits only (see the README's security section)",
-        needed=False,
-    )
-    if server is not None:
-        checks.extend(_server_checks(*server))
-    return checks
-
-
-def _server_checks(base_url: str | None, model: str | None) -> list[dict]:
-    from cudagent.agent.openai_policy import OpenAIChatPolicy
-    from cudagent.agent.policy import PolicyError
-
-    policy = OpenAIChatPolicy(base_url=base_url, model=model, max_attempts=2, timeout_s=60)
-    try:
-        policy.prepare()
-    except PolicyError as exc:
-        return [{"name": "model server", "ok": False, "detail": exc.message, "needed": True}]
-    tools = {
-        "auto": "native tool calls",
-        "required": "native tool calls (tool_choice=required only)",
-        "text": "no tool calls: the text action format will be used",
-    }[policy.mode]
-    return [
-        {"name": "model server", "ok": True, "detail": f"{policy.base_url}, model {policy.model}", "needed": True},
-        {"name": "tool calls", "ok": policy.mode != "text", "detail": tools, "needed": False},
-    ]
-
-
-def _first_line(cmd: list[str], last: bool = False) -> str:
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip().splitlines()
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"cannot run: {exc}"
-    if not out:
-        return "?"
-    return out[-1] if last else out[0]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from cudagent.cli import app
+from cudagent.cli.app import app
 from cudagent.errors import CudagentError
 
 RUN_ARG = typer.Argument(..., help="A run id (or a unique prefix of one), `last`, or a run directory.")
@@ -16,15 +16,18 @@ RUN_ARG = typer.Argument(..., help="A run id (or a unique prefix of one), `last`
 @app.command(epilog="Example:\n\n  cudagent runs --json")
 def runs(as_json: bool = typer.Option(False, "--json", help="Print one JSON object per run, one per line.")) -> None:
     """List the runs, oldest first, with their state and best result."""
-    from cudagent.agent.trajectory import Trajectory, list_runs, runs_root
+    from cudagent.agent.trajectory import Trajectory, list_runs
+    from cudagent.settings import Settings
 
-    rows = [_run_row(Trajectory.load(p)) for p in list_runs()]
+    root = Settings.from_env().runs_root
+
+    rows = [_run_row(Trajectory.load(p)) for p in list_runs(root)]
     if as_json:
         for r in rows:
             typer.echo(json.dumps(r))
         return
     if not rows:
-        typer.echo(f"no runs under {runs_root()} yet; start one with `cudagent optimize TASK`", err=True)
+        typer.echo(f"no runs under {root} yet; start one with `cudagent optimize TASK`", err=True)
         return
     from rich.console import Console
     from rich.table import Table
@@ -41,8 +44,9 @@ def runs(as_json: bool = typer.Option(False, "--json", help="Print one JSON obje
 def log(run: str = RUN_ARG, as_json: bool = typer.Option(False, "--json", help="One JSON object per turn.")) -> None:
     """One line per turn: the tools called, their outcome, the tier and speedups of evaluations, the commit."""
     from cudagent.agent.trajectory import Trajectory, find_run
+    from cudagent.settings import Settings
 
-    traj = Trajectory.load(find_run(run))
+    traj = Trajectory.load(find_run(run, Settings.from_env().runs_root))
     for t in traj.turns:
         row = _turn_row(t)
         if as_json:
@@ -72,8 +76,9 @@ def show(
     """The model's message, its tool calls with their results, and the diff of that turn."""
     from cudagent.agent.gitrun import RunRepo
     from cudagent.agent.trajectory import Trajectory, find_run
+    from cudagent.settings import Settings
 
-    traj = Trajectory.load(find_run(run))
+    traj = Trajectory.load(find_run(run, Settings.from_env().runs_root))
     record = next((t for t in traj.turns if t["turn"] == turn), None)
     if record is None:
         raise CudagentError(f"run {traj.header['run_id']} has no turn {turn}; it has turns 1 to {len(traj.turns)}")
@@ -120,8 +125,9 @@ def export(
     from cudagent.agent.export import export_package
     from cudagent.agent.gitrun import RunRepo
     from cudagent.agent.trajectory import Trajectory, find_run
+    from cudagent.settings import Settings
 
-    traj = Trajectory.load(find_run(run))
+    traj = Trajectory.load(find_run(run, Settings.from_env().runs_root))
     state = traj.ends[-1]["state"] if traj.ends else traj.last_state
     sha = commit or (state.get("best") or {}).get("commit")
     if sha is None:
@@ -182,3 +188,36 @@ def _turn_row(t: dict) -> dict:
         "speedup_vs_compile": sc,
         "improved": any(a.get("improved") for a in t["actions"]),
     }
+
+
+@app.command(
+    epilog="Examples:\n\n  cudagent ledgers last --out ledgers.jsonl\n\n"
+    "  cudagent ledgers RUN1 RUN2 --out ledgers.parquet"
+)
+def ledgers(
+    runs: list[str] = typer.Argument(..., help="Token-mode runs (ids, prefixes, `last`, or run directories)."),
+    out: Path = typer.Option(..., help="The file to write: .jsonl, or .parquet (needs pyarrow)."),
+) -> None:
+    """Write token-mode runs' ledgers (prompt ids, response ids, response mask, sampled log-probabilities, reward,
+    turns) as one row per run, the fields of verl's AgentLoopOutput, for a trainer to read."""
+    from cudagent.agent.token_run import ledger_of_run
+    from cudagent.agent.trajectory import Trajectory, find_run
+    from cudagent.settings import Settings
+
+    root = Settings.from_env().runs_root
+    rows = [ledger_of_run(Trajectory.load(find_run(r, root))) for r in runs]
+    if out.suffix == ".parquet":
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise CudagentError("writing .parquet needs pyarrow (pip install pyarrow); or write .jsonl") from None
+        pq.write_table(pa.Table.from_pylist(rows), out)
+    elif out.suffix == ".jsonl":
+        with open(out, "w") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+    else:
+        raise CudagentError(f"{out} should end in .jsonl or .parquet")
+    tokens = sum(len(r["response_ids"]) for r in rows)
+    typer.echo(f"wrote {len(rows)} ledger(s), {tokens} response tokens, to {out}", err=True)

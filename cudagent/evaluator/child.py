@@ -19,8 +19,12 @@ import traceback
 
 import torch
 
-from cudagent.evaluator import isolation, measure, transforms, trees, wire
-from cudagent.evaluator import runtime_audit as audit
+import cudagent.evaluator.isolation as isolation
+import cudagent.evaluator.measure as measure
+import cudagent.evaluator.runtime_audit as audit
+import cudagent.evaluator.transforms as transforms
+import cudagent.evaluator.trees as trees
+import cudagent.evaluator.wire as wire
 from cudagent.evaluator.measure import Plan
 from cudagent.evaluator.trees import tensors
 from cudagent.evaluator.wire import Channel, ChannelClosed
@@ -279,7 +283,7 @@ class Harness:
         return {}
 
     def op_peaks(self, msg: dict) -> dict:
-        from cudagent.evaluator.peaks import measure_peaks
+        from cudagent.evaluator.peak_rates import measure_peaks
 
         self._use_device(msg["device"])
         return {"peaks": measure_peaks(self.device)}

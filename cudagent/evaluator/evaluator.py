@@ -18,8 +18,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+import cudagent.evaluator.isolation as isolation
 from cudagent.build import DEFAULT_BUILD_TIMEOUT_S, BuildResult, build_workspace, summarize_compiler_output
-from cudagent.evaluator import isolation
 from cudagent.evaluator.baselines import Baselines
 from cudagent.evaluator.compare import Tolerance
 from cudagent.evaluator.judge import Extension
@@ -61,8 +61,8 @@ class EvalOptions:
     memory_limit_bytes: int | None = None
     # Fork candidate processes from a zygote that has imported torch (zygote.py), and set CUPTI up while the build
     # runs, instead of starting each process anew: on the H100 an iteration is about 5x faster than the naive cycle
-    # with it. CUDAGENT_FORK_SERVER=0 starts every process anew.
-    fork_server: bool = field(default_factory=lambda: os.environ.get("CUDAGENT_FORK_SERVER") != "0")
+    # with it. The CLI turns it off for CUDAGENT_FORK_SERVER=0 (settings.py).
+    fork_server: bool = True
 
 
 class Evaluator:

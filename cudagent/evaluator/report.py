@@ -3,12 +3,10 @@ this is what a person or a model reads, so every line should suggest what to do.
 
 from __future__ import annotations
 
-from cudagent.evaluator.verdict import Verdict
-
 TOP_KERNELS = 6
 
 
-def render(v: Verdict, detail: bool = False) -> str:
+def render(v, detail: bool = False) -> str:
     if not v.correct:
         lines = ["REJECTED (tier -1)"]
         lines += [f"  [{x.code}] {x.message}" for x in v.violations[:8]]
@@ -49,7 +47,7 @@ def _target_line(name: str, stats: dict | None, median: float | None) -> str:
     return f"{name:>9}: {e['median']:.4f} ms (p10 {e['p10']:.4f}, p90 {e['p90']:.4f}, {e['samples']} samples)"
 
 
-def _tier_hint(v: Verdict) -> str:
+def _tier_hint(v) -> str:
     if v.tier == 3:
         return ""
     if v.speedup_vs_compile is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from cudagent.evaluator.codes import CODES
+from cudagent.evaluator.report import render
 
 TIER_MARGIN = 0.05
 
@@ -143,10 +144,16 @@ class Verdict:
         self.tier = reward_tier(self.correct, candidate, eager, compiled, margin)
 
     def summary(self, detail: bool = False) -> str:
-        """The verdict as text (see report.py): a few lines, or with `detail` the full hardware feedback."""
-        from cudagent.evaluator.report import render
-
+        """The verdict as text (report.py): a few lines, or with `detail` the full hardware feedback."""
         return render(self, detail)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Verdict:
+        """The inverse of to_dict (a verdict that crossed a process or a network as JSON)."""
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        known["violations"] = [Violation(x["code"], x["message"]) for x in d.get("violations", [])]
+        known["trials"] = [Trial(**t) for t in d.get("trials", [])]
+        return cls(**known)
 
 
 def _split_trials(message: str) -> tuple[list[str], str]:

@@ -82,7 +82,7 @@ def _become_child(sock: socket.socket, request: dict, fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         tempfile.tempdir = None  # TMPDIR may differ from the zygote's
-        from cudagent.evaluator import child
+        import cudagent.evaluator.child as child
 
         child.main([*request["argv"], "--fd", str(channel_fd)])  # ends the process itself
     except BaseException:  # noqa: BLE001  (whatever happens, this process must never return into the zygote)
@@ -99,7 +99,8 @@ def main() -> None:
     args = parser.parse_args()
     import torch  # noqa: F401  (the point of the zygote: imported once, shared by every fork)
 
-    from cudagent.evaluator import child, isolation  # noqa: F401
+    import cudagent.evaluator.child  # noqa: F401
+    import cudagent.evaluator.isolation as isolation
 
     isolation.protect_this_process()  # its children are the candidates' processes: closed to them too
 

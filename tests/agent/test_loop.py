@@ -1,17 +1,15 @@
-"""The loop's own rules: elision, context overflow, a token-level policy, tool behaviour."""
+"""The chat driver's and the tools' own rules: elision, context overflow, tool behaviour."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 from cudagent.agent.context import KEEP_RECENT_MESSAGES, elide, estimate_tokens
-from cudagent.agent.policy import PolicyReply, ToolCall, Usage
-from cudagent.agent.runner import PolicySettings, RunOptions, start_run
 from cudagent.agent.tools import Toolbox
-from cudagent.agent.ui import JsonEvents
 from cudagent.workspace import Workspace
-from tests.agent.episodes import FINISH, cli_env, cudagent, summary, write_task
+from tests.agent.episodes import cli_env, cudagent, summary, write_task
 from tests.agent.script_server import ScriptedServer, from_list
 
 
@@ -55,67 +53,17 @@ def test_context_overflow_shrinks_the_context_and_goes_on(tmp_path):
     assert all(o.count(str(i)) >= 3000 for i, o in enumerate(outputs))
 
 
-class TokenPolicy:
-    """A token-level policy as training would plug in: exact ids and logprobs, no history edits allowed."""
-
-    model = "token-policy"
-    action_format = "tools"
-    tokenizes = True
-    max_tokens = None
-
-    def __init__(self, calls):
-        self.calls, self.seen = list(calls), []
-
-    def prepare(self):
-        pass
-
-    def describe(self):
-        return {"kind": "token-level", "model": self.model}
-
-    def reply(self, messages, tools):
-        self.seen.append(len(messages))
-        name, args = self.calls.pop(0)
-        call = ToolCall(id=f"t{len(self.seen)}", name=name, arguments=args, raw_arguments=json.dumps(args))
-        message = {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                {"id": call.id, "type": "function", "function": {"name": name, "arguments": call.raw_arguments}}
-            ],
-        }
-        return PolicyReply("", [call], Usage(10, 3), message, token_ids=[1, 2, 3], logprobs=[-0.1, -0.2, -0.3])
-
-
-def test_a_token_level_policy_gets_the_whole_history_and_its_tokens_are_kept(tmp_path, monkeypatch):
-    monkeypatch.setenv("CUDAGENT_HOME", str(tmp_path / "home"))
-    task = write_task(tmp_path / "t")
-    policy = TokenPolicy(
-        [("read_file", {"path": "model.py"}), ("bash", {"command": "ls"}), (FINISH["tool"], FINISH["arguments"])]
-    )
-    events = tmp_path / "events.jsonl"
-    with open(events, "w") as stream:
-        s = start_run(
-            task, PolicySettings(), RunOptions(device="cpu", final_evaluation=False), JsonEvents(stream), policy=policy
-        )
-    assert s["exit_reason"] == "finished" and s["turns"] == 3
-    assert policy.seen == [2, 4, 6]  # every message, never elided
-    turns = [json.loads(x) for x in (Path(s["run_dir"]) / "trajectory.jsonl").read_text().splitlines()][1:4]
-    assert all(t["reply"]["token_ids"] == [1, 2, 3] and t["reply"]["logprobs"] == [-0.1, -0.2, -0.3] for t in turns)
-    # observations are the messages the loop added itself: tool or user roles, the ones a trainer masks
-    assert [m["role"] for t in turns for m in t["messages"]] == ["assistant", "tool"] * 3
-
-
 def test_tools_cut_long_outputs_to_head_and_tail_and_kill_on_timeout(tmp_path):
     ws = Workspace.create(tmp_path / "ws", "print('reference')\n")
-    box = Toolbox(ws, "print('reference')\n", evaluator_factory=None)
-    long = box.run("bash", {"command": "seq 1 200000"})
+    box = Toolbox(ws, "print('reference')\n", None)
+    long = asyncio.run(box.run("bash", {"command": "seq 1 200000"}))
     assert long.full_text is not None and "characters omitted" in long.text and len(long.text) < 12000
     assert long.text.startswith("1\n2\n") and "200000" in long.text
-    slow = box.run("bash", {"command": "sleep 30 & sleep 30", "timeout": 1})
+    slow = asyncio.run(box.run("bash", {"command": "sleep 30 & sleep 30", "timeout": 1}))
     assert "killed" in slow.text and slow.seconds < 10 and not slow.ok
-    edit = box.run("write_file", {"path": "kernels/a.cu", "content": "x = 1\nx = 1\n"})
+    edit = asyncio.run(box.run("write_file", {"path": "kernels/a.cu", "content": "x = 1\nx = 1\n"}))
     assert edit.ok
-    twice = box.run("edit_file", {"path": "kernels/a.cu", "old_str": "x = 1", "new_str": "y"})
+    twice = asyncio.run(box.run("edit_file", {"path": "kernels/a.cu", "old_str": "x = 1", "new_str": "y"}))
     assert "occurs 2 times" in twice.text and not twice.ok
-    missing = box.run("read_file", {})
+    missing = asyncio.run(box.run("read_file", {}))
     assert "bad arguments" in missing.text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from cudagent.agent.actions import parse_text_action
@@ -22,7 +24,7 @@ def policy(server, **kw) -> OpenAIChatPolicy:
 def test_native_tool_calls_and_default_model():
     with ScriptedServer(lambda i, m: {"tool": "read_file", "arguments": {"path": "model.py"}}) as server:
         p = policy(server)
-        reply = p.reply(HISTORY, openai_tools())
+        reply = asyncio.run(p.reply(HISTORY, openai_tools()))
     assert p.model == "scripted-model" and p.mode == "auto" and p.action_format == "tools"
     assert reply.tool_calls[0].name == "read_file" and reply.tool_calls[0].arguments == {"path": "model.py"}
     assert reply.message["tool_calls"][0]["id"] == reply.tool_calls[0].id
@@ -33,7 +35,7 @@ def test_native_tool_calls_and_default_model():
 def test_falls_back_to_required_when_auto_is_refused():
     with ScriptedServer(lambda i, m: {"tool": "compile", "arguments": {}}, tool_choice=("required",)) as server:
         p = policy(server)
-        reply = p.reply(HISTORY, openai_tools())
+        reply = asyncio.run(p.reply(HISTORY, openai_tools()))
     assert p.mode == "required" and reply.tool_calls[0].name == "compile"
     assert server.chat_requests[-1]["tool_choice"] == "required"
 
@@ -51,7 +53,7 @@ def test_falls_back_to_text_actions_without_tool_support():
             },
             {"role": "tool", "tool_call_id": "c1", "content": "build OK"},
         ]
-        reply = p.reply(history, openai_tools())
+        reply = asyncio.run(p.reply(history, openai_tools()))
     assert p.mode == "text" and p.action_format == "text"
     assert reply.tool_calls[0].name == "edit_file" and reply.tool_calls[0].arguments["new_str"] == "y"
     sent = server.chat_requests[-1]
@@ -63,7 +65,7 @@ def test_retries_rate_limits_and_server_errors_then_succeeds():
     script = {"times": 3, "status": 429, "then": {"times": 4, "status": 503, "then": {"tool": "verify"}}}
     with ScriptedServer(lambda i, m: script) as server:
         p = policy(server, max_attempts=8)
-        reply = p.reply(HISTORY, openai_tools())
+        reply = asyncio.run(p.reply(HISTORY, openai_tools()))
     assert reply.tool_calls[0].name == "verify" and reply.attempts == 5
 
 
@@ -71,7 +73,7 @@ def test_gives_up_after_its_attempts():
     with ScriptedServer(lambda i, m: {"status": 500}) as server:
         p = policy(server, max_attempts=3)
         with pytest.raises(PolicyError) as info:
-            p.reply(HISTORY, openai_tools())
+            asyncio.run(p.reply(HISTORY, openai_tools()))
     assert info.value.retryable and len(server.chat_requests) == 3
 
 
@@ -79,7 +81,7 @@ def test_no_retry_for_auth_errors():
     with ScriptedServer(lambda i, m: {"status": 401, "body": {"error": {"message": "bad key"}}}) as server:
         p = policy(server)
         with pytest.raises(PolicyError) as info:
-            p.reply(HISTORY, openai_tools())
+            asyncio.run(p.reply(HISTORY, openai_tools()))
     assert not info.value.retryable and "OPENAI_API_KEY" in info.value.message
     assert len(server.chat_requests) == 1
 
@@ -88,7 +90,7 @@ def test_context_overflow_is_its_own_error():
     with ScriptedServer(lambda i, m: {"tool": "verify"}, context_chars=10) as server:
         p = policy(server)
         with pytest.raises(ContextOverflow):
-            p.reply(HISTORY + [{"role": "user", "content": "x" * 100}], openai_tools())
+            asyncio.run(p.reply(HISTORY + [{"role": "user", "content": "x" * 100}], openai_tools()))
     assert len(server.chat_requests) == 1
 
 
@@ -96,13 +98,13 @@ def test_unreadable_answers_are_retried():
     script = {"times": 2, "garbage": "{not json", "then": {"tool": "profile"}}
     with ScriptedServer(lambda i, m: script) as server:
         p = policy(server)
-        reply = p.reply(HISTORY, openai_tools())
+        reply = asyncio.run(p.reply(HISTORY, openai_tools()))
     assert reply.tool_calls[0].name == "profile" and reply.attempts == 3
 
 
 def test_malformed_arguments_and_unknown_tools_are_reported_not_run():
     with ScriptedServer(lambda i, m: {"calls": [("bash", {}), ("launch_rockets", {})], "raw_arguments": "{bad"}) as s:
-        reply = policy(s).reply(HISTORY, openai_tools())
+        reply = asyncio.run(policy(s).reply(HISTORY, openai_tools()))
     assert [c.arguments for c in reply.tool_calls] == [None, None]
     assert "not valid JSON" in reply.tool_calls[0].error and "not valid JSON" in reply.tool_calls[1].error
 

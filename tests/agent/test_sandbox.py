@@ -4,6 +4,7 @@ installs it and sets that, so there they must run)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -29,7 +30,7 @@ needs_bwrap = pytest.mark.skipif(BWRAP_SKIPPED, reason=f"bubblewrap cannot run h
 def shell(tmp_path, mode: str, limits: Limits = SMALL):
     ws = Workspace.create(tmp_path / "ws", TASK)
     box = Toolbox(ws, TASK, None, sb.choose(mode, limits))
-    return ws, lambda command, timeout=30: box.run("bash", {"command": command, "timeout": timeout})
+    return ws, lambda command, timeout=30: asyncio.run(box.run("bash", {"command": command, "timeout": timeout}))
 
 
 @needs_bwrap

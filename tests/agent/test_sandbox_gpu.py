@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from cudagent.agent import sandbox as sb
@@ -15,13 +17,15 @@ def test_cuda_runs_inside_the_sandbox(tmp_path):
         pytest.skip(f"bubblewrap cannot run here: {problem}")
     ws = Workspace.create(tmp_path / "ws", "import torch\n")
     box = Toolbox(ws, "import torch\n", None, sb.choose("bwrap"))
-    obs = box.run(
-        "bash",
-        {
-            "command": "python3 -c \"import torch; x = torch.ones(4, device='cuda'); "
-            "print('cuda sum', (x * 2).sum().item())\"; nvidia-smi -L | head -1; echo x > /etc/nope",
-            "timeout": 120,
-        },
+    obs = asyncio.run(
+        box.run(
+            "bash",
+            {
+                "command": "python3 -c \"import torch; x = torch.ones(4, device='cuda'); "
+                "print('cuda sum', (x * 2).sum().item())\"; nvidia-smi -L | head -1; echo x > /etc/nope",
+                "timeout": 120,
+            },
+        )
     )
     print(obs.text)
     assert "cuda sum 8.0" in obs.text, obs.text

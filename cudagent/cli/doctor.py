@@ -1,0 +1,127 @@
+"""`cudagent doctor`: is this machine ready for a run?"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import typer
+
+from cudagent.cli.app import app
+from cudagent.cli.check import DeviceChoice
+from cudagent.cli.optimize import ENV_HELP
+from cudagent.errors import ExitCode
+
+
+@app.command(epilog=ENV_HELP + "\n\nExit code 0 when everything a run needs is there, 3 when something is missing.")
+def doctor(
+    base_url: str = typer.Option(None, help="The model server to check; default $OPENAI_BASE_URL."),
+    model: str = typer.Option(None, help="The model to check; default: the server's first."),
+    device: DeviceChoice = typer.Option(DeviceChoice.auto, help="Check for a GPU run or a CPU run."),
+    skip_server: bool = typer.Option(False, "--no-server", help="Do not check a model server."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Check the GPU, nvcc, ninja, the C++ compiler, torch and the model server (with its tool-call support)."""
+    checks = _doctor_checks(device.value, None if skip_server else (base_url, model))
+    if as_json:
+        typer.echo(json.dumps({"ok": all(c["ok"] or not c["needed"] for c in checks), "checks": checks}))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="cudagent doctor")
+        for col in ("check", "status", "detail"):
+            table.add_column(col)
+        for c in checks:
+            status = (
+                "[green]ok[/green]" if c["ok"] else ("[red]missing[/red]" if c["needed"] else "[yellow]no[/yellow]")
+            )
+            table.add_row(c["name"], status, c["detail"])
+        Console().print(table)
+    raise typer.Exit(int(ExitCode.OK if all(c["ok"] or not c["needed"] for c in checks) else ExitCode.ENVIRONMENT))
+
+
+def _doctor_checks(device: str, server: tuple | None) -> list[dict]:
+    import torch
+
+    checks = []
+
+    def add(name, ok, detail, needed=True):
+        checks.append({"name": name, "ok": bool(ok), "detail": detail, "needed": needed})
+
+    add("torch", True, torch.__version__)
+    cuda = torch.cuda.is_available()
+    want_gpu = device == "cuda" or (device == "auto" and cuda)
+    if cuda:
+        cap = torch.cuda.get_device_capability()
+        add("GPU", True, f"{torch.cuda.get_device_name()} (sm_{cap[0]}{cap[1]}), CUDA {torch.version.cuda}")
+    else:
+        add(
+            "GPU", False, "no CUDA GPU visible to torch: only --device cpu (C++ kernels) works", needed=device == "cuda"
+        )
+    nvcc = shutil.which("nvcc") or (
+        Path("/usr/local/cuda/bin/nvcc") if Path("/usr/local/cuda/bin/nvcc").exists() else None
+    )
+    add(
+        "nvcc",
+        nvcc is not None,
+        _first_line([str(nvcc), "--version"], last=True) if nvcc else "not found",
+        needed=want_gpu,
+    )
+    ninja = shutil.which("ninja")
+    if ninja is None:
+        try:
+            import ninja as ninja_pkg
+
+            ninja = str(Path(ninja_pkg.BIN_DIR) / "ninja")
+        except ImportError:
+            ninja = None
+    add("ninja", ninja is not None, _first_line([ninja, "--version"]) if ninja else "not found: pip install ninja")
+    cxx = shutil.which("c++") or shutil.which("g++")
+    add("C++ compiler", cxx is not None, _first_line([cxx, "--version"]) if cxx else "not found: install g++")
+    from cudagent.agent.sandbox import bwrap_problem
+
+    problem = bwrap_problem()
+    add(
+        "shell sandbox",
+        problem is None,
+        "bubblewrap works: the agent's shell is confined"
+        if problem is None
+        else f"{problem}; the agent's shell will run with resource limits only (see the README's security section)",
+        needed=False,
+    )
+    if server is not None:
+        checks.extend(_server_checks(*server))
+    return checks
+
+
+def _server_checks(base_url: str | None, model: str | None) -> list[dict]:
+    from cudagent.agent.openai_policy import OpenAIChatPolicy
+    from cudagent.agent.policy import PolicyError
+
+    policy = OpenAIChatPolicy(base_url=base_url, model=model, max_attempts=2, timeout_s=60)
+    try:
+        policy.prepare()
+    except PolicyError as exc:
+        return [{"name": "model server", "ok": False, "detail": exc.message, "needed": True}]
+    tools = {
+        "auto": "native tool calls",
+        "required": "native tool calls (tool_choice=required only)",
+        "text": "no tool calls: the text action format will be used",
+    }[policy.mode]
+    return [
+        {"name": "model server", "ok": True, "detail": f"{policy.base_url}, model {policy.model}", "needed": True},
+        {"name": "tool calls", "ok": policy.mode != "text", "detail": tools, "needed": False},
+    ]
+
+
+def _first_line(cmd: list[str], last: bool = False) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"cannot run: {exc}"
+    if not out:
+        return "?"
+    return out[-1] if last else out[0]
