@@ -153,9 +153,13 @@ def build_workspace(ws: Workspace, device: DeviceInfo, timeout_s: float = DEFAUL
         why = f"the compiler {proc.limit_message}"
         return BuildResult(False, seconds, None, recompiled, why, output, restored=restored)
     if proc.returncode != 0 or not library.is_file():
-        return BuildResult(
-            False, seconds, None, recompiled, summarize_compiler_output(output, ws), output, restored=restored
-        )
+        errors = summarize_compiler_output(output, ws)
+        if not tc.cuda and re.search(r"cuda_runtime\.h|c10/cuda/|ATen/cuda/|cublas|cudnn\.h", output):
+            errors = (
+                "these kernels include CUDA headers, but this is a CPU build (--device cpu, or no GPU here): "
+                "check them on a GPU, or give C++ kernels for the CPU\n" + errors
+            )
+        return BuildResult(False, seconds, None, recompiled, errors, output, restored=restored)
     return BuildResult(True, seconds, library, recompiled, "", output, restored=restored)
 
 

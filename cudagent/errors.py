@@ -17,7 +17,8 @@ class ExitCode(IntEnum):
     USAGE = 2
     # The machine cannot do what was asked: no GPU for --device cuda, no compiler, no model server.
     ENVIRONMENT = 3
-    INTERRUPTED = 130
+    INTERRUPTED = 130  # SIGINT (Ctrl-C, or kill -INT)
+    TERMINATED = 143  # SIGTERM (a process manager stopping it)
 
 
 class CudagentError(Exception):
@@ -44,3 +45,7 @@ class EnvironmentProblem(CudagentError):
     """The machine lacks something the request needs (a GPU, a compiler, a reachable model server)."""
 
     exit_code = ExitCode.ENVIRONMENT
+
+
+class Terminated(Exception):
+    """The process was asked to stop (SIGTERM); what it was doing was ended and recorded."""

@@ -63,6 +63,9 @@ class HFBackend:
     def __init__(self, path: str, device: str | None = None, tokenizer=None, seed: int | None = None):
         import torch
         from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # its bars would tear through the run's live panel
 
         directory, gguf = _split_gguf(path)
         self.name = Path(path).name

@@ -26,6 +26,8 @@ class ChatDriver:
         self.episode, self.policy, self.recorders = episode, policy, recorders
         self.final_evaluation = final_evaluation
         self.tools = openai_tools()
+        self.interrupted: EpisodeResult | None = None  # the result recorded when a signal stopped the episode
+        self.interrupt_reason = "interrupted"  # or "terminated" (SIGTERM), set by whoever cancels
 
     async def run(self) -> EpisodeResult:
         """Step the episode until it stops; on cancellation (Ctrl-C), finish it as `interrupted` and re-raise."""
@@ -50,7 +52,7 @@ class ChatDriver:
                 turn = await ep.act(reply)
                 self.recorders.turn(turn, ep.state)
         except (asyncio.CancelledError, KeyboardInterrupt):
-            self.interrupted = await ep.finish("interrupted", None, final_evaluation=False)
+            self.interrupted = await ep.finish(self.interrupt_reason, None, final_evaluation=False)
             raise
         return await ep.finish(reason, error, self.final_evaluation)
 

@@ -92,6 +92,29 @@ class RunRepo:
         link.write_text(self.git_link)
         return True
 
+    # ----- removal ----------------------------------------------------------------------------------------------
+
+    def remove(self, keep_branch: bool = False) -> list[str]:
+        """Remove the run's checkout (the worktree in the user's repository) and, unless `keep_branch`, its branch
+        and best tag. Only the names this run created (`cudagent/<run-id>`...) are ever touched. What was done."""
+        done = []
+        if self.mode != "worktree" or not self.user_repo or not Path(self.user_repo).is_dir():
+            return done
+        user = git.Repo(self.user_repo)
+        if Path(self.repo_dir).exists():
+            user.git.worktree("remove", "--force", self.repo_dir)
+            done.append(f"removed the worktree {self.repo_dir}")
+        user.git.worktree("prune")
+        if not keep_branch and self.branch.startswith("cudagent/"):
+            if self.branch in [h.name for h in user.heads]:
+                user.git.branch("-D", self.branch)
+                done.append(f"deleted the branch {self.branch}")
+            tag = f"{self.branch}/best"
+            if tag in [t.name for t in user.tags]:
+                user.git.tag("-d", tag)
+                done.append(f"deleted the tag {tag}")
+        return done
+
     # ----- commits ----------------------------------------------------------------------------------------------
 
     def ensure_ignore_file(self) -> None:

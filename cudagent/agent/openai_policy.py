@@ -23,6 +23,7 @@ import time
 
 from cudagent.agent.actions import native_call, parse_text_action
 from cudagent.agent.policy import ContextOverflow, PolicyError, PolicyReply, ToolCall, Usage
+from cudagent.errors import CudagentError
 
 MODES = ("auto", "required", "text")
 _CONTEXT_HINTS = (
@@ -53,10 +54,14 @@ class OpenAIChatPolicy:
         mode: str | None = None,
         prices_per_mtok: tuple[float, float] | None = None,
         sleep=None,
+        on_retry=None,
     ):
         import openai
 
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        check_base_url(self.base_url, "--base-url" if base_url else "OPENAI_BASE_URL")
+        self.on_retry = on_retry  # told, in one line, of every retry as it happens
+        self._preparing = False
         key = api_key or os.environ.get("OPENAI_API_KEY") or "none"  # local servers take any key
         self._client = openai.OpenAI(base_url=self.base_url, api_key=key, max_retries=0, timeout=timeout_s)
         self._async_client = openai.AsyncOpenAI(base_url=self.base_url, api_key=key, max_retries=0, timeout=timeout_s)
@@ -80,6 +85,14 @@ class OpenAIChatPolicy:
     # ----- setup ----------------------------------------------------------------------------------------------
 
     def prepare(self) -> None:
+        """Resolve the model and probe the server. Nothing listening at the address fails at once (no retries)."""
+        self._preparing = True
+        try:
+            self._prepare()
+        finally:
+            self._preparing = False
+
+    def _prepare(self) -> None:
         if not self.model:
             models = self._retrying(lambda: self._client.models.list(), "listing the server's models")
             data = list(getattr(models, "data", None) or [])
@@ -227,7 +240,9 @@ class OpenAIChatPolicy:
                 err = self._classify(exc, what)
                 if not err.retryable or attempt == self.max_attempts:
                     raise err from exc
-                pause = self._sleep(self._delay(attempt, exc))
+                delay = self._delay(attempt, exc)
+                self._tell_retry(err, delay, attempt)
+                pause = self._sleep(delay)
                 if inspect.isawaitable(pause):  # a blocking call made from inside an event loop: do not wait
                     pause.close()
         raise err  # pragma: no cover  (the loop always returns or raises)
@@ -242,10 +257,16 @@ class OpenAIChatPolicy:
                 err = self._classify(exc, what)
                 if not err.retryable or attempt == self.max_attempts:
                     raise err from exc
-                pause = self._sleep(self._delay(attempt, exc))
+                delay = self._delay(attempt, exc)
+                self._tell_retry(err, delay, attempt)
+                pause = self._sleep(delay)
                 if inspect.isawaitable(pause):
                     await pause
         raise err  # pragma: no cover  (the loop always returns or raises)
+
+    def _tell_retry(self, err: PolicyError, delay: float, attempt: int) -> None:
+        if self.on_retry is not None:
+            self.on_retry(f"{err.message}; retrying in {delay:.1f} s (attempt {attempt + 1} of {self.max_attempts})")
 
     def _delay(self, attempt: int, exc: Exception) -> float:
         response = getattr(exc, "response", None)
@@ -275,6 +296,14 @@ class OpenAIChatPolicy:
             if exc.status_code == 429 or exc.status_code >= 500 or exc.status_code == 408:
                 return PolicyError(f"the server answered {exc.status_code} while {where}", retryable=True)
             return PolicyError(f"the server answered {exc.status_code} while {where}: {text}")
+        if isinstance(exc, o.APIConnectionError) and _refused(exc):
+            # nothing listens there: at start that is a wrong address or a server not started, so say it at once;
+            # in the middle of a run it may be a server restarting, so retry then
+            return PolicyError(
+                f"nothing is listening at {self.base_url} (connection refused); start the model server, or give its "
+                "address with --base-url or OPENAI_BASE_URL",
+                retryable=not self._preparing,
+            )
         if isinstance(exc, (o.APITimeoutError, o.APIConnectionError)):
             return PolicyError(f"no answer while {where} ({type(exc).__name__}); is the server up?", retryable=True)
         if isinstance(exc, (o.APIResponseValidationError, ValueError, KeyError, TypeError, AttributeError)):
@@ -283,6 +312,22 @@ class OpenAIChatPolicy:
                 retryable=True,
             )
         return PolicyError(f"{type(exc).__name__} while {where}: {str(exc)[:300]}")
+
+
+def check_base_url(url: str, where: str) -> None:
+    """One sentence for an address that is not an http(s) URL (a missing scheme is the usual slip)."""
+    if not url.startswith(("http://", "https://")):
+        hint = f"; write http://{url}" if "://" not in url else ""
+        raise CudagentError(f"{where} {url!r} is not an http:// or https:// address{hint}")
+
+
+def _refused(exc: BaseException) -> bool:
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, ConnectionRefusedError) or "connection refused" in str(exc).lower():
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def _sleep(seconds: float):

@@ -60,6 +60,7 @@ class TokenDriver:
         self._freeze(episode.messages[: len(episode.messages) if rendered is None else rendered])
         self._model_stopped = model_stopped
         self.interrupted: EpisodeResult | None = None
+        self.interrupt_reason = "interrupted"  # or "terminated" (SIGTERM), set by whoever cancels
 
     async def run(self) -> EpisodeResult:
         """Step the episode to its end; the ledger (trimmed) is `self.ledger`."""
@@ -76,7 +77,7 @@ class TokenDriver:
         except BackendError as exc:
             reason, error = "policy_error", str(exc)
         except (asyncio.CancelledError, KeyboardInterrupt):
-            self.interrupted = await ep.finish("interrupted", None, final_evaluation=False)
+            self.interrupted = await ep.finish(self.interrupt_reason, None, final_evaluation=False)
             self.ledger.trim()
             raise
         result = await ep.finish(reason, error, self.final_evaluation)

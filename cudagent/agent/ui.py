@@ -51,7 +51,8 @@ class LivePanel:
         from rich.live import Live
 
         self.console = Console(stderr=True)
-        self.live = Live(console=self.console, refresh_per_second=4, transient=False)
+        # transient: the panel goes when the run ends, so the last lines are the end and the summary, not a panel
+        self.live = Live(console=self.console, refresh_per_second=4, transient=True)
         self.state = {"turn": 0, "max_turns": 0, "tokens": 0, "elapsed_s": 0.0, "best": None, "last": "starting"}
         self.started = time.monotonic()
         self.live.start()
@@ -65,7 +66,11 @@ class LivePanel:
                 turn=e["turn"], tokens=e["tokens"], elapsed_s=e["elapsed_s"], best=e["best"], last=e["summary"]
             )
             self.console.print(_line(e), highlight=False)
-        elif kind in ("improvement", "notice", "final_evaluation", "end"):
+        elif kind == "end":
+            self.close()
+            self.console.print(_line(e), highlight=False)
+            return
+        elif kind in ("improvement", "notice", "final_evaluation"):
             line = _line(e)
             if line:
                 self.console.print(line, highlight=False)
@@ -119,7 +124,8 @@ def _line(e: dict) -> str | None:
         commit = f" [{e['commit'][:8]}]" if e.get("commit") else ""
         return f"turn {e['turn']}/{e['max_turns']}: {e['summary']}{commit}"
     if kind == "improvement":
-        return f"  new best at turn {e['turn']}: {_best_text(e)} [{e['commit'][:8]}]"
+        commit = f" [{e['commit'][:8]}]" if e.get("commit") else ""
+        return f"  new best at turn {e['turn']}: {_best_text(e)}{commit}"
     if kind == "notice":
         return f"  limit near: {e['reason']}"
     if kind == "final_evaluation":
@@ -130,12 +136,13 @@ def _line(e: dict) -> str | None:
 
 
 def summary_text(s: dict) -> str:
-    lines = [f"run {s['run_id']}: {s['turns']} turns, ended by {s['exit_reason']}"]
+    turns = f"{s['turns']} turn" + ("" if s["turns"] == 1 else "s")
+    lines = [f"run {s['run_id']}: {turns}, ended by {s['exit_reason']}"]
     if s.get("error"):
         lines.append(f"  error: {s['error']}")
     best = s.get("best")
     if best:
-        lines.append(f"  best: {_best_text(best)}, commit {best['commit'][:12]} (tag {best.get('tag')})")
+        lines.append(f"  best: {_best_text(best)}, commit {(best.get('commit') or '?')[:12]} (tag {best.get('tag')})")
     else:
         lines.append("  best: no correct kernel")
     lines.append(f"  branch {s['branch']} in {s['repo']}")

@@ -1,7 +1,8 @@
 """The bench's report: per level and overall, as JSON, a markdown table and a PNG.
 
 Definitions (KernelBench's, made explicit):
-    pass rate       correct tasks over all tasks (a task without a solution, or that crashed, is not correct)
+    pass rate       correct tasks over all tasks (a task that crashed is not correct); a task without a solution is
+                    skipped, counted apart and in no rate (unless the bench was told --missing-as-failed)
     fast_p          the fraction of all tasks that are correct and more than p times faster than the baseline
                     (eager or torch.compile), for p = 1 and p = 1.05
     geomean         the geometric mean speedup over the correct tasks; and over all tasks, where a task that is not
@@ -23,10 +24,13 @@ FAILURE_SPEEDUP = 1.0
 
 
 def summarize(rows: list[dict]) -> dict:
+    skipped = [r for r in rows if r.get("skipped")]
+    rows = [r for r in rows if not r.get("skipped")]
     n = len(rows)
     correct = [r for r in rows if r.get("correct")]
     out = {
         "tasks": n,
+        "skipped": len(skipped),
         "correct": len(correct),
         "pass_rate": len(correct) / n if n else 0.0,
         "missing_solutions": sum(1 for r in rows if r.get("missing")),
@@ -77,6 +81,7 @@ def write_report(report: dict, out_dir: Path) -> dict[str, Path]:
 
 COLUMNS = [
     ("tasks", "tasks", "d"),
+    ("skipped", "skipped", "d"),
     ("correct", "correct", "d"),
     ("pass_rate", "pass rate", "%"),
     ("fast_1_eager", "fast_1 eager", "%"),
@@ -133,16 +138,34 @@ def markdown(report: dict) -> str:
     ]
     for r in report["results"]:
         t = r.get("time_ms") or {}
-        note = (r.get("error") or "").splitlines()[0][:80] if not r.get("correct") else ""
+        notes = []
+        if r.get("skipped"):
+            notes.append(f"skipped: {r['skipped']}")
+        elif not r.get("correct") and r.get("error"):
+            notes.append(shorten(r["error"].splitlines()[0], 100))
         if r.get("null_candidates"):
-            note = f"degenerate ({', '.join(r['null_candidates'])})"
+            notes.append(f"degenerate ({', '.join(r['null_candidates'])})")
+        note = "; ".join(notes)
         lines.append(
-            f"| {r['key']} | {'yes' if r.get('correct') else 'no'} | {r.get('tier')} | "
+            f"| {r['key']} | {'skipped' if r.get('skipped') else 'yes' if r.get('correct') else 'no'} | "
+            f"{r.get('tier') if r.get('tier') is not None else '-'} | "
             f"{_ms(t.get('eager'))} | {_ms(t.get('compile'))} | {_ms(t.get('candidate'))} | "
             f"{cell(r.get('speedup_vs_eager'), 'x')} | {cell(r.get('speedup_vs_compile'), 'x')} | "
             f"{note.replace('|', '/')} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def shorten(text: str, width: int) -> str:
+    """`text` cut at a word boundary to at most `width` characters, with an ellipsis when cut.
+
+    >>> shorten("the candidate hides a failing kernel", 28)
+    'the candidate hides a...'
+    """
+    if len(text) <= width:
+        return text
+    cut = text[: width - 3].rsplit(" ", 1)[0]
+    return cut + "..."
 
 
 def _ms(x) -> str:

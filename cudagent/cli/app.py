@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import typer
+import typer.core
 
 from cudagent import __version__
+
+
+def _flag_type(original):
+    """Typer shows `<bool>` beside every flag (even --help): a flag takes no value, so show no type."""
+
+    def display_type_rich(self, ctx):
+        return None if getattr(self, "is_flag", False) else original(self, ctx)
+
+    return display_type_rich
+
+
+if hasattr(typer.core.TyperOption, "display_type_rich"):  # typer 0.20 and later; older ones show no metavar there
+    typer.core.TyperOption.display_type_rich = _flag_type(typer.core.TyperOption.display_type_rich)
 
 app = typer.Typer(
     name="cudagent",
     help="Make PyTorch modules faster with custom CUDA kernels, judged by a trusted evaluator.",
     no_args_is_help=True,
     add_completion=False,
-    rich_markup_mode="rich",
+    # markdown: docstrings wrapped in the source read as whole sentences, not lines broken mid-sentence
+    rich_markup_mode="markdown",
     pretty_exceptions_enable=False,
 )
 

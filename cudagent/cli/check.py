@@ -7,7 +7,7 @@ interleaved confirmation, optionally Nsight Compute) where `check` prints a few 
 from __future__ import annotations
 
 import json
-from enum import Enum
+import sys
 from pathlib import Path
 
 import typer
@@ -15,11 +15,18 @@ import typer
 from cudagent.cli.app import app
 from cudagent.errors import ExitCode
 
+DEVICES = ("auto", "cuda", "cpu")
 
-class DeviceChoice(str, Enum):
-    auto = "auto"
-    cuda = "cuda"
-    cpu = "cpu"
+
+def _device(value: str) -> str:
+    if value not in DEVICES:
+        raise typer.BadParameter(f"{value!r} is not a device; use auto, cuda or cpu")
+    return value
+
+
+def device_option(help_text: str):
+    """--device auto|cuda|cpu, refused in one sentence of ours (not the validator's wording) when it is neither."""
+    return typer.Option("auto", help=help_text, metavar="auto|cuda|cpu", callback=_device)
 
 
 EXIT_CODES = (
@@ -34,7 +41,7 @@ CANDIDATE_ARG = typer.Argument(
     help="A workspace directory holding model_new.py (and kernels/), or a "
     "model_new.py file (KernelBench's single-file format is accepted).",
 )
-DEVICE_OPT = typer.Option(DeviceChoice.auto, help="Where to evaluate: the GPU (CUDA kernels) or the CPU (C++ kernels).")
+DEVICE_OPT = device_option("Where to evaluate: the GPU (CUDA kernels) or the CPU (C++ kernels).")
 JSON_OPT = typer.Option(False, "--json", help="Print exactly one JSON object on stdout.")
 ATOL_OPT = typer.Option(None, help="Absolute tolerance for all outputs (default: by dtype, 1e-2 for fp32).")
 RTOL_OPT = typer.Option(None, help="Relative tolerance for all outputs (default: by dtype, 1e-2 for fp32).")
@@ -54,7 +61,7 @@ BUILD_TIMEOUT_OPT = typer.Option(600.0, help="Seconds the build may take.")
 def check(
     task: Path = TASK_ARG,
     candidate: Path = CANDIDATE_ARG,
-    device: DeviceChoice = DEVICE_OPT,
+    device: str = DEVICE_OPT,
     as_json: bool = JSON_OPT,
     atol: float = ATOL_OPT,
     rtol: float = RTOL_OPT,
@@ -94,7 +101,7 @@ def check(
 def profile(
     task: Path = TASK_ARG,
     candidate: Path = CANDIDATE_ARG,
-    device: DeviceChoice = DEVICE_OPT,
+    device: str = DEVICE_OPT,
     as_json: bool = JSON_OPT,
     ncu: bool = typer.Option(
         False,
@@ -153,7 +160,7 @@ def _run(
         raise typer.BadParameter("use default, max-autotune or reduce-overhead", param_hint="--compile-mode")
     the_task = load_task(task)
     cand = resolve_candidate(candidate)
-    dev = resolve_device(device.value)
+    dev = resolve_device(device)
     options = EvalOptions(
         tolerance=Tolerance(atol, rtol),
         timing=timing,
@@ -164,7 +171,37 @@ def _run(
         ncu=ncu,
         fork_server=Settings.from_env().fork_server,
     )
-    with Evaluator(the_task, dev, options) as evaluator:
-        verdict = evaluator.evaluate(workspace_for(cand, the_task.source))
+    with _status(enabled=not as_json and sys.stderr.isatty()) as status:
+        options.on_phase = status
+        with Evaluator(the_task, dev, options) as evaluator:
+            verdict = evaluator.evaluate(workspace_for(cand, the_task.source))
     typer.echo(json.dumps(verdict.to_dict(), default=str) if as_json else verdict.summary(detail=detail))
     raise typer.Exit(int(ExitCode.OK if verdict.correct else ExitCode.REJECTED))
+
+
+class _status:
+    """A spinner on stderr naming the evaluation's current phase and the time spent (only on a terminal)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self._status, self._start = enabled, None, 0.0
+
+    def __enter__(self):
+        if self.enabled:
+            import time
+
+            from rich.console import Console
+
+            self._start = time.monotonic()
+            self._status = Console(stderr=True).status("starting")
+            self._status.start()
+        return self
+
+    def __call__(self, phase: str) -> None:
+        if self._status is not None:
+            import time
+
+            self._status.update(f"{phase} ({time.monotonic() - self._start:.0f} s so far)")
+
+    def __exit__(self, *exc) -> None:
+        if self._status is not None:
+            self._status.stop()

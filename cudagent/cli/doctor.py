@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from cudagent.cli.app import app
-from cudagent.cli.check import DeviceChoice
+from cudagent.cli.check import device_option
 from cudagent.cli.optimize import ENV_HELP
 from cudagent.errors import ExitCode
 
@@ -19,12 +19,12 @@ from cudagent.errors import ExitCode
 def doctor(
     base_url: str = typer.Option(None, help="The model server to check; default $OPENAI_BASE_URL."),
     model: str = typer.Option(None, help="The model to check; default: the server's first."),
-    device: DeviceChoice = typer.Option(DeviceChoice.auto, help="Check for a GPU run or a CPU run."),
+    device: str = device_option("Check for a GPU run or a CPU run."),
     skip_server: bool = typer.Option(False, "--no-server", help="Do not check a model server."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Check the GPU, nvcc, ninja, the C++ compiler, torch and the model server (with its tool-call support)."""
-    checks = _doctor_checks(device.value, None if skip_server else (base_url, model))
+    checks = _doctor_checks(device, None if skip_server else (base_url, model))
     if as_json:
         typer.echo(json.dumps({"ok": all(c["ok"] or not c["needed"] for c in checks), "checks": checks}))
     else:
@@ -98,9 +98,21 @@ def _doctor_checks(device: str, server: tuple | None) -> list[dict]:
 
 
 def _server_checks(base_url: str | None, model: str | None) -> list[dict]:
+    import os
+
     from cudagent.agent.openai_policy import OpenAIChatPolicy
     from cudagent.agent.policy import PolicyError
 
+    if not base_url and not os.environ.get("OPENAI_BASE_URL"):
+        return [
+            {
+                "name": "model server",
+                "ok": False,
+                "detail": "no model server configured: pass --base-url http://HOST:PORT/v1 or set OPENAI_BASE_URL "
+                "(--no-server skips this check)",
+                "needed": True,
+            }
+        ]
     policy = OpenAIChatPolicy(base_url=base_url, model=model, max_attempts=2, timeout_s=60)
     try:
         policy.prepare()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import typer
@@ -32,12 +33,15 @@ def runs(as_json: bool = typer.Option(False, "--json", help="Print one JSON obje
     from rich.console import Console
     from rich.table import Table
 
+    # a run id is never cut (it is what log/show/export take); the other columns wrap
     table = Table()
-    for col in ("run", "task", "model", "turns", "state", "best"):
-        table.add_column(col)
+    table.add_column("run", no_wrap=True, min_width=max(len(r["run_id"]) for r in rows))
+    for col in ("task", "model", "turns", "state", "best"):
+        table.add_column(col, overflow="fold")
     for r in rows:
-        table.add_row(r["run_id"], r["task"], r["model"] or "?", str(r["turns"]), r["state"], _best_cell(r["best"]))
-    Console().print(table)
+        model = Path(r["model"]).name if r["model"] and "/" in r["model"] else r["model"]
+        table.add_row(r["run_id"], r["task"], model or "?", str(r["turns"]), r["state"], _best_cell(r["best"]))
+    Console(stderr=False).print(table)
 
 
 @app.command(epilog="Example:\n\n  cudagent log last")
@@ -221,3 +225,48 @@ def ledgers(
         raise CudagentError(f"{out} should end in .jsonl or .parquet")
     tokens = sum(len(r["response_ids"]) for r in rows)
     typer.echo(f"wrote {len(rows)} ledger(s), {tokens} response tokens, to {out}", err=True)
+
+
+@app.command(
+    epilog="Examples:\n\n  cudagent prune axpby-20261123-101500-1a2b3c\n\n  cudagent prune --all --keep-branches --yes"
+)
+def prune(
+    runs: list[str] = typer.Argument(None, help="Runs to remove (ids, prefixes, `last`, or run directories)."),
+    all_runs: bool = typer.Option(False, "--all", help="Every run that is not in use."),
+    keep_branches: bool = typer.Option(
+        False, "--keep-branches", help="Keep each run's branch and best tag in your repository; remove the rest."
+    ),
+    yes: bool = typer.Option(False, "--yes", help="Do not ask for confirmation."),
+) -> None:
+    """Remove runs: their worktrees, their branches and best tags (cudagent/<run-id>, never any other branch),
+    and their run directories. A run in use by another cudagent process is left alone."""
+    from cudagent.agent.gitrun import RunRepo
+    from cudagent.agent.runner import open_run
+    from cudagent.agent.trajectory import list_runs
+    from cudagent.settings import Settings
+
+    settings = Settings.from_env()
+    if bool(runs) == all_runs:
+        raise CudagentError("name the runs to remove, or give --all (not both)")
+    refs = [str(p) for p in list_runs(settings.runs_root)] if all_runs else list(runs)
+    if not refs:
+        typer.echo(f"no runs under {settings.runs_root}", err=True)
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            raise CudagentError(f"prune removes {len(refs)} run(s) and their branches; add --yes to confirm")
+        typer.confirm(f"remove {len(refs)} run(s) and their worktrees and branches?", abort=True, err=True)
+    import shutil
+
+    for ref in refs:
+        try:
+            traj, lock = open_run(ref, settings)
+        except CudagentError as exc:
+            typer.echo(f"cudagent: skipped {ref}: {exc.message}", err=True)
+            continue
+        try:
+            done = RunRepo.from_dict(traj.header["repo"]).remove(keep_branch=keep_branches)
+            shutil.rmtree(traj.run_dir)
+        finally:
+            lock.close()
+        typer.echo(f"{traj.header['run_id']}: " + "; ".join(done + ["removed the run directory"]), err=True)

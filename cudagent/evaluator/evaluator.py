@@ -63,6 +63,8 @@ class EvalOptions:
     # runs, instead of starting each process anew: on the H100 an iteration is about 5x faster than the naive cycle
     # with it. The CLI turns it off for CUDAGENT_FORK_SERVER=0 (settings.py).
     fork_server: bool = True
+    # Told, in a few words, of each phase as it starts (a progress display); never given candidate output.
+    on_phase: object = None
 
 
 class Evaluator:
@@ -173,6 +175,7 @@ class Evaluator:
         if not ws.model_new_py.is_file():
             v.reject("NO_MODELNEW", "the workspace has no model_new.py; write ModelNew there")
             return self._finish(v, t0)
+        self._phase("auditing the sources")
         if self.options.audit_static:
             source = ws.model_new_py.read_text(errors="replace")
             for violation in audit_model_new(source) + scan_files(ws.kernel_sources(), ws.root):
@@ -180,8 +183,10 @@ class Evaluator:
         v.seconds["audit"] = round(time.monotonic() - t0, 3)
         if v.violations:
             return self._finish(v, t0)
+        self._phase("checking the task with null candidates")
         self._flag_degenerate(v)
         if timing:  # clean baselines first: no candidate process may exist while they are measured
+            self._phase("measuring eager and torch.compile (once per task and machine)")
             t1 = time.monotonic()
             self._prepare_timing()
             v.seconds["baselines"] = round(time.monotonic() - t1, 3)
@@ -195,6 +200,7 @@ class Evaluator:
         child.spawn()  # the child creates its CUDA context and sets its profiler up while the build runs
         profiler = ref = None
         try:
+            self._phase("building the extension")
             build = self.build(ws)
             v.build = build.to_dict()
             v.seconds["build"] = round(build.seconds, 3)
@@ -204,6 +210,7 @@ class Evaluator:
             extension = self._link_audit(ws, v)
             if v.violations:
                 return self._finish(v, t0)
+            self._phase("verifying on fresh inputs")
             t1 = time.monotonic()
             child.handshake()
             v.seconds["child_start"] = round(time.monotonic() - t1, 3)  # what the build did not hide
@@ -213,6 +220,7 @@ class Evaluator:
             ref = runner.run(ws, self.options.stock_trials, self.options.build_timeout_s + 120)
             v.seconds["verify"] = round(time.monotonic() - t1, 3)
             if v.correct and timing and ref is not None:
+                self._phase("timing the candidate")
                 t1 = time.monotonic()
                 profiler = self._profiler()
                 profiler.run(child, ref, runner.ext, v)
@@ -232,6 +240,10 @@ class Evaluator:
             ws.ensure_infrastructure(self.task.source)
             v.reject("INFRA_TAMPERED", f"the candidate changed {', '.join(tampered)} while it ran (restored)")
         return self._finish(v, t0)
+
+    def _phase(self, what: str) -> None:
+        if self.options.on_phase is not None:
+            self.options.on_phase(what)
 
     def _link_audit(self, ws: Workspace, v: Verdict) -> Extension | None:
         """Read what the built shared objects define and link against; judge the latter (unless the static audits

@@ -1,0 +1,185 @@
+"""What a newcomer hits, point by point (issue 19): fail fast, show progress, keep the README's promises."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.agent.episodes import FINISH, SOLVE, cli_env, cudagent, git, summary, write_task
+from tests.agent.script_server import ScriptedServer, from_list
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU = ["--device", "cpu", "--json", "--no-final-check"]
+
+
+def test_1_a_refused_connection_fails_at_once_and_a_missing_scheme_is_named(tmp_path):
+    task = write_task(tmp_path / "t")
+    env = cli_env(tmp_path / "home", None)
+    start = time.monotonic()
+    refused = cudagent(["optimize", str(task), *CPU, "--base-url", "http://127.0.0.1:9/v1"], env)
+    assert refused.returncode == 3 and time.monotonic() - start < 30
+    assert "nothing is listening at http://127.0.0.1:9/v1" in refused.stderr
+    bare = cudagent(["optimize", str(task), *CPU, "--base-url", "localhost:9/v1"], env)
+    assert bare.returncode == 2 and "write http://localhost:9/v1" in bare.stderr
+
+
+def test_1_retries_are_shown_as_they_happen(tmp_path):
+    task = write_task(tmp_path / "t")
+    steps = [{"times": 1, "status": 503, "body": {"error": {"message": "busy"}}, "then": FINISH}]
+    with ScriptedServer(from_list(steps)) as server:
+        proc = cudagent(["optimize", str(task), *CPU], cli_env(tmp_path / "home", server.url))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "answered 503" in proc.stderr and "retrying in" in proc.stderr and "(attempt 2 of" in proc.stderr
+
+
+def test_2_the_security_section_the_messages_point_to_exists():
+    readme = (ROOT / "README.md").read_text()
+    assert "\n## Security\n" in readme and "(#security)" in readme
+    mentions = subprocess.run(["grep", "-rl", "security section", str(ROOT / "cudagent")], capture_output=True)
+    assert mentions.stdout  # the messages still refer to it, and it is there
+
+
+def test_3_doctor_without_a_server_says_none_was_configured(tmp_path):
+    env = {k: v for k, v in cli_env(tmp_path / "home", None).items() if k != "OPENAI_BASE_URL"}
+    proc = cudagent(["doctor", "--device", "cpu", "--json"], env)
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert proc.returncode == 3 and "no model server configured" in checks["model server"]["detail"]
+
+
+def test_4_and_9_run_ids_are_never_cut_and_runs_can_be_pruned(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    task = write_task(repo)
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "mine")
+    env = cli_env(tmp_path / "home", None)
+    with ScriptedServer(from_list([FINISH])) as server:
+        s = summary(cudagent(["optimize", str(task), *CPU], cli_env(tmp_path / "home", server.url)).stdout)
+    listed = cudagent(["runs"], {**env, "COLUMNS": "80"})
+    assert s["run_id"] in listed.stdout, listed.stdout
+    assert s["branch"] in git(repo, "branch", "--list")
+    refused = cudagent(["prune", "--all"], env)  # no terminal, no --yes: nothing is removed
+    assert refused.returncode == 2 and "--yes" in refused.stderr and Path(s["run_dir"]).exists()
+    pruned = cudagent(["prune", s["run_id"][:12], "--yes"], env)
+    assert pruned.returncode == 0, pruned.stderr
+    branches = git(repo, "branch", "--list")
+    assert s["branch"] not in branches and "main" in branches  # the user's own branch is untouched
+    assert not Path(s["run_dir"]).exists() and not Path(s["repo"]).exists()
+    assert "worktree" not in git(repo, "worktree", "list").split("\n", 1)[-1]
+
+
+def test_5_check_tells_its_phases_and_bench_lines_are_whole(tmp_path):
+    from cudagent.cli.bench import task_line
+    from cudagent.evaluator.evaluator import EvalOptions, Evaluator
+    from cudagent.hardware import resolve_device
+    from cudagent.task import load_task
+    from cudagent.workspace import resolve_candidate, workspace_for
+
+    phases: list[str] = []
+    task = load_task(ROOT / "examples" / "tasks" / "axpby.py")
+    with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=False, on_phase=phases.append)) as ev:
+        ev.evaluate(workspace_for(resolve_candidate(ROOT / "examples/solutions/cpu/axpby"), task.source))
+    assert phases == [
+        "auditing the sources",
+        "checking the task with null candidates",
+        "building the extension",
+        "verifying on fresh inputs",
+    ]
+    row = {"key": "-/axpby", "name": "axpby", "level": "-", "correct": False, "tier": -1}
+    row["error"] = "[stock-1] the candidate hides a failing kernel behind a fallback path " * 3
+    line = task_line(row)
+    assert line.startswith("axpby: failed") and line.endswith(" the candidate...")  # cut between words
+    assert task_line({**row, "level": "1", "key": "1/axpby"}).startswith("1/axpby:")
+
+
+def test_6_tasks_without_a_solution_are_skipped_not_failed(tmp_path):
+    from cudagent.bench.report import summarize
+    from cudagent.bench.runner import Bench, BenchConfig
+    from cudagent.bench.tasks import discover
+
+    tasks = discover(ROOT / "examples" / "tasks", select="matmul")  # examples/solutions/cpu has no matmul
+    rows = Bench(BenchConfig(tmp_path / "out", "cpu", solutions=ROOT / "examples/solutions/cpu")).run(tasks)
+    assert rows[0]["skipped"] and summarize(rows)["tasks"] == 0 and summarize(rows)["skipped"] == 1
+
+
+def test_7_check_json_on_bad_input_is_one_json_object(tmp_path):
+    proc = cudagent(["check", str(tmp_path / "missing.py"), str(tmp_path), "--json"], cli_env(tmp_path, None))
+    assert proc.returncode == 2
+    doc = json.loads(proc.stdout)
+    assert doc["exit_code"] == 2 and "does not exist" in doc["error"]
+
+
+def test_8_sigterm_ends_a_run_as_ctrl_c_does(tmp_path):
+    task = write_task(tmp_path / "t")
+    steps = [SOLVE[1], {"tool": "bash", "arguments": {"command": "sleep 30"}}, FINISH]
+    home = tmp_path / "home"
+    with ScriptedServer(from_list(steps)) as server:
+        env = cli_env(home, server.url)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cudagent", "optimize", str(task), *CPU],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for line in proc.stdout:
+            if json.loads(line).get("event") == "turn":
+                time.sleep(2.0)
+                proc.send_signal(signal.SIGTERM)
+                break
+        start = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 143 and "--resume" in err, err[-2000:]
+        assert time.monotonic() - start < 20  # the shell command was killed, not waited for
+        ends = [json.loads(x) for x in next(home.glob("runs/*/trajectory.jsonl")).read_text().splitlines()]
+        assert ends[-1]["kind"] == "end" and ends[-1]["exit_reason"] == "terminated"
+        again = cudagent(["optimize", "--resume", "last", "--json"], env)
+    assert again.returncode == 0 and summary(again.stdout)["exit_reason"] == "finished", again.stderr[-2000:]
+
+
+def test_10_the_readme_says_what_the_test_install_costs():
+    readme = (ROOT / "README.md").read_text()
+    assert "no prebuilt Linux wheel" in readme and "six minutes" not in readme
+
+
+def test_11_report_notes_and_resumed_reports(tmp_path):
+    from cudagent.bench.report import markdown
+    from cudagent.bench.runner import RESULTS, Bench, BenchConfig
+    from cudagent.evaluator.static_audit import audit_model_new
+
+    row = {"key": "1/relu", "name": "relu", "level": "1", "correct": False, "tier": -1, "error": "[stock-1] wrong"}
+    row["null_candidates"] = ["passthrough"]
+    text = markdown({"levels": {}, "overall": {"degenerate": ["1/relu"]}, "results": [row]})
+    assert "[stock-1] wrong; degenerate (passthrough)" in text
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / RESULTS).write_text(json.dumps({"key": "1/other", "name": "other", "level": "1", "correct": True}) + "\n")
+    rows = Bench(BenchConfig(out, "cpu", solutions=tmp_path, resume=True)).run([])
+    assert [r["key"] for r in rows] == ["1/other"]  # the report covers everything in results.jsonl
+    source = "import torch\nimport cuda_extension\nclass ModelNew:\n    def forward(self, a):\n"
+    source += "        out = torch.empty_like(a)\n        cuda_extension.k(a.data_ptr(), out.data_ptr())\n"
+    assert not audit_model_new(source + "        return out\n")
+
+
+def test_12_small_glitches(tmp_path):
+    from cudagent.agent.ui import summary_text
+
+    s = {"run_id": "r", "turns": 1, "exit_reason": "finished", "best": None, "branch": "b", "repo": "x"}
+    assert "1 turn," in summary_text(s)
+    env = {**os.environ, "COLUMNS": "120"}
+    helps = cudagent(["optimize", "--help"], env).stdout + cudagent(["check", "--help"], env).stdout
+    assert "<bool>" not in helps and "retrying it ." not in helps
+    bad = cudagent(["check", "x.py", "y", "--device", "gpu"], env)
+    assert bad.returncode == 2 and "Value error" not in bad.stderr and "use auto, cuda or cpu" in bad.stderr
+    cuda_on_cpu = cudagent(
+        ["check", str(ROOT / "examples/tasks/softmax.py"), str(ROOT / "examples/solutions/cuda/softmax")]
+        + ["--device", "cpu", "--no-timing", "--json"],
+        cli_env(tmp_path, None),
+    )
+    assert cuda_on_cpu.returncode == 1 and "this is a CPU build" in json.loads(cuda_on_cpu.stdout)["error"]
