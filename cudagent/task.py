@@ -62,20 +62,16 @@ class Task:
 
     def init_inputs(self) -> list:
         """Constructor arguments; deterministic in KernelBench, so drawn under a fixed seed."""
-        import torch
 
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
+        with seeded(0, "cpu"):
             init = self._call("get_init_inputs")
         return list(init) if isinstance(init, (list, tuple)) else [init]
 
     def build_model(self, seed: int, device: str):
         """The reference Model with weights drawn under `seed`, on `device`, in eval mode."""
-        import torch
 
         init = self.init_inputs()
-        with torch.random.fork_rng(devices=_rng_devices(device)):
-            torch.manual_seed(seed)
+        with seeded(seed, device):
             try:
                 model = self.module.Model(*init)
             except Exception as exc:
@@ -89,8 +85,7 @@ class Task:
         """get_inputs() drawn under `seed`, moved to `device`."""
         import torch
 
-        with torch.random.fork_rng(devices=_rng_devices(device)):
-            torch.manual_seed(seed)
+        with seeded(seed, device):
             inputs = self._call("get_inputs")
         if isinstance(inputs, torch.Tensor):
             inputs = [inputs]
@@ -219,8 +214,7 @@ def _validate(task: Task, device: str) -> Any:
     for forward_seed in (1234, 98765):
         model = task.build_model(seed=7, device=device)
         inputs = task.make_inputs(seed=11, device=device)
-        with torch.random.fork_rng(devices=_rng_devices(device)):
-            torch.manual_seed(forward_seed)
+        with seeded(forward_seed, device):
             outputs.append(task.run(model, inputs))
     if not _same(outputs[0], outputs[1]):
         raise TaskError(
@@ -256,6 +250,21 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     return type(a) is type(b) and a == b
+
+
+# torch's default generator is one per process: threads drawing under their own seeds at once (evaluator ports of
+# several episodes in one process, the sessions of a `cudagent serve` worker) would mix their draws.
+_SEEDED = threading.RLock()
+
+
+@contextmanager
+def seeded(seed: int, device: str):
+    """Run the block with torch's default generators at `seed`, restored after, one thread at a time."""
+    import torch
+
+    with _SEEDED, torch.random.fork_rng(devices=_rng_devices(device)):
+        torch.manual_seed(seed)
+        yield
 
 
 def _rng_devices(device: str) -> list:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from cudagent.agent.chat_driver import ChatDriver
@@ -28,7 +29,7 @@ from cudagent.agent.sandbox import Sandbox
 from cudagent.agent.sandbox import choose as choose_sandbox
 from cudagent.agent.tools import Toolbox
 from cudagent.agent.trajectory import Trajectory, find_run, new_run_id
-from cudagent.errors import CudagentError, EnvironmentProblem
+from cudagent.errors import CudagentError, EnvironmentProblem, Terminated
 from cudagent.settings import Settings
 
 
@@ -46,7 +47,12 @@ class PolicySettings:
     def build(self):
         from cudagent.agent.openai_policy import OpenAIChatPolicy
 
+        def tell(text: str) -> None:
+            sys.stderr.write(f"cudagent: {text}\n")
+            sys.stderr.flush()
+
         return OpenAIChatPolicy(
+            on_retry=tell,
             base_url=self.base_url,
             api_key=self.api_key,
             model=self.model,
@@ -65,6 +71,26 @@ class RunOptions:
     limits: EpisodeLimits = field(default_factory=EpisodeLimits)
     final_evaluation: bool = True
     sandbox: str | None = None  # auto, bwrap, limits or none; None: auto for a new run, the recorded one on resume
+    evaluator_urls: list[str] | None = None  # `cudagent serve` services to evaluate on; None: this machine
+
+
+def open_evaluator(task, options: RunOptions, device_kind: str) -> tuple[object, dict, dict | None]:
+    """The run's evaluator port, the device kernels run on (as a dict) and, for a remote one, what the trajectory
+    records of it. Local: validates the task here. Remote (--evaluator): opens a session on a `cudagent serve`
+    service, which validates it there; a service that does not answer fails at once."""
+    if options.evaluator_urls:
+        from cudagent.serve.client import EvaluatorPool
+
+        pool = EvaluatorPool.from_env(options.evaluator_urls, home=options.settings.home)
+        port = pool.port(task)
+        asyncio.run(port.open(retry_window_s=0))
+        return port, port.device(), {"urls": pool.urls}
+    from cudagent.evaluator.evaluator import EvalOptions
+    from cudagent.evaluator.port import LocalEvaluator
+    from cudagent.hardware import resolve_device
+
+    device = resolve_device(device_kind)
+    return LocalEvaluator(task, device, EvalOptions(fork_server=options.settings.fork_server)), device.to_dict(), None
 
 
 @dataclass
@@ -94,18 +120,14 @@ def new_run(task_path: Path, options: RunOptions, reporter, model, extra_header:
     """Validate, create the run directory, branch, workspace and trajectory, and the episode over them.
     `model` (a chat policy, or a token backend's stand-in) has `prepare()`, run before anything exists (it may
     fail), `describe()`, `model` and `action_format`."""
-    from cudagent.evaluator.evaluator import EvalOptions
-    from cudagent.evaluator.port import LocalEvaluator
-    from cudagent.hardware import resolve_device
     from cudagent.task import load_task
     from cudagent.workspace import Workspace
 
     task = load_task(task_path)
-    device = resolve_device(options.device)
     requested_sandbox = options.sandbox or "auto"
     sandbox = choose_sandbox(requested_sandbox)
     # validates the task: a broken reference fails here, before any run exists
-    evaluator = LocalEvaluator(task, device, EvalOptions(fork_server=options.settings.fork_server))
+    evaluator, device, remote = open_evaluator(task, options, options.device)
     try:
         model.prepare()
     except BaseException:
@@ -132,7 +154,7 @@ def new_run(task_path: Path, options: RunOptions, reporter, model, extra_header:
         options.limits,
         action_format=model.action_format,
         env=described["env"],
-        skills=load_skills(device.kind),
+        skills=load_skills(device["kind"]),
         model=model.model,
         state=EpisodeState(head=base),
         baselines=described["baselines"],
@@ -146,8 +168,9 @@ def new_run(task_path: Path, options: RunOptions, reporter, model, extra_header:
             "sha256": task.sha256,
             "source": task.source,
         },
-        "device": device.to_dict(),
+        "device": device,
         "env": described["env"],
+        **({"evaluator": remote} if remote else {}),
         "policy": policy_description,
         "limits": options.limits.to_dict(),
         "sandbox": {**sandbox.to_dict(), "requested": requested_sandbox},
@@ -199,9 +222,6 @@ def _resume_chat(traj, policy_settings, options, limit_overrides, reporter, lock
 
 
 def reopen_run(traj: Trajectory, options: RunOptions, limit_overrides: dict, reporter, model, lock) -> Run:
-    from cudagent.evaluator.evaluator import EvalOptions
-    from cudagent.evaluator.port import LocalEvaluator
-    from cudagent.hardware import resolve_device
     from cudagent.task import Task
 
     h = traj.header
@@ -214,8 +234,9 @@ def reopen_run(traj: Trajectory, options: RunOptions, limit_overrides: dict, rep
     traj.add_resume({"time": time.time(), "limits": limits.to_dict(), "from_turn": len(traj.turns)})
     repo.reset_to(state.head)
     task = Task(h["task"]["name"], h["task"]["source"], Path(h["task"]["path"]))
-    device = resolve_device(h["device"]["kind"])
-    evaluator = LocalEvaluator(task, device, EvalOptions(fork_server=options.settings.fork_server))
+    if options.evaluator_urls is None and h.get("evaluator"):
+        options = replace(options, evaluator_urls=h["evaluator"]["urls"])  # where the run was evaluated
+    evaluator, _, _ = open_evaluator(task, options, h["device"]["kind"])
     sandbox = choose_sandbox(options.sandbox or h.get("sandbox", {}).get("requested", "auto"))
     best_files = None
     if state.best and state.best.get("commit"):
@@ -265,11 +286,12 @@ def drive(run: Run, driver, reporter, model: str) -> dict:
     )
     try:
         result = asyncio.run(_drive(run, driver))
-    except KeyboardInterrupt:
-        interrupted = getattr(driver, "interrupted", None)
-        if interrupted is not None:
-            run.recorders.end(interrupted, summarize(run, interrupted, model))
-        raise
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        if driver.interrupted is not None:
+            run.recorders.end(driver.interrupted, summarize(run, driver.interrupted, model))
+        if driver.interrupt_reason == "terminated":
+            raise Terminated() from None
+        raise KeyboardInterrupt from None
     finally:
         run.lock.close()
     summary = summarize(run, result, model)
@@ -278,9 +300,18 @@ def drive(run: Run, driver, reporter, model: str) -> dict:
 
 
 async def _drive(run: Run, driver) -> EpisodeResult:
+    """SIGTERM ends the episode as Ctrl-C does (recorded, resumable); asyncio.run already handles SIGINT."""
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+
+    def terminate() -> None:
+        driver.interrupt_reason = "terminated"
+        task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, terminate)
     try:
         return await driver.run()
     finally:
+        loop.remove_signal_handler(signal.SIGTERM)
         await run.evaluator.close()
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudagent.agent.sandbox import Sandbox
-from cudagent.evaluator.port import EvaluatorPort, snapshot_of
+from cudagent.evaluator.port import EvaluatorPort, EvaluatorUnavailable, SnapshotError, snapshot_of
 from cudagent.procs import run_bounded
 from cudagent.workspace import BUILD, INFRA_FILES, MODEL, Workspace
 
@@ -155,6 +155,10 @@ class Toolbox:
             obs = Observation(f"bad arguments for {name}: {exc}", ok=False)
         except (OSError, UnicodeError) as exc:
             obs = Observation(f"{name} failed: {exc}", ok=False)
+        except SnapshotError as exc:
+            obs = Observation(f"refused: {exc}", ok=False)
+        except EvaluatorUnavailable as exc:
+            obs = Observation(f"{name} failed, nothing was judged: {exc.message}", ok=False)
         obs.seconds = time.monotonic() - start
         return obs
 

@@ -32,6 +32,8 @@ class BenchConfig:
     optimize: dict | None = None  # policy settings and limits for agent runs
     resume: bool = False
     ray_address: str | None = None
+    missing_as_failed: bool = False  # a task without a solution counts as failed (default: skipped)
+    evaluator_urls: list[str] | None = None  # evaluate on `cudagent serve` services; slots are then concurrent tasks
 
 
 def done_keys(out_dir: Path) -> set[str]:
@@ -71,17 +73,30 @@ class Bench:
             self._settings_file = config.out_dir / "optimize-settings.json"
             self._settings_file.write_text(json.dumps(config.optimize))
 
-    def run(self, tasks: list[BenchTask]) -> list[dict]:
+    def pending(self, tasks: list[BenchTask]) -> list[BenchTask]:
+        """The tasks a run will work on: with --resume, those without a result yet."""
         skip = done_keys(self.config.out_dir) if self.config.resume else set()
+        return [t for t in tasks if t.key not in skip]
+
+    def unsolved(self, tasks: list[BenchTask]) -> list[BenchTask]:
+        """The tasks that will be skipped for want of a solution (none with --missing-as-failed or agent runs)."""
+        if self.config.solutions is None or self.config.missing_as_failed:
+            return []
+        return [t for t in tasks if solution_for(t, self.config.solutions) is None]
+
+    def run(self, tasks: list[BenchTask]) -> list[dict]:
+        """Run the pending tasks; return every result in OUT (with --resume, earlier ones too)."""
+        todo = self.pending(tasks)
         if not self.config.resume:
             (self.config.out_dir / RESULTS).unlink(missing_ok=True)
-        todo = [t for t in tasks if t.key not in skip]
+        for t in self.unsolved(todo):
+            self._record(t, None, {"skipped": "no solution for this task", "correct": False, "tier": None})
+            todo.remove(t)
         if self.config.ray_address:
             self._run_ray(todo)
         else:
             self._run_local(todo)
-        wanted = {t.key for t in tasks}
-        return [r for r in load_results(self.config.out_dir) if r["key"] in wanted]
+        return load_results(self.config.out_dir)
 
     # ----- local: one thread per slot ---------------------------------------------------------------------------
 
@@ -105,6 +120,8 @@ class Bench:
 
     def _argv(self, task: BenchTask) -> list[str]:
         argv = ["--task", str(task.path), "--device", self.config.device]
+        if self.config.evaluator_urls:
+            argv += ["--evaluator", ",".join(self.config.evaluator_urls)]
         if self._settings_file is not None:
             argv += ["--optimize", str(self._settings_file)]
         elif self.config.solutions is not None:

@@ -3,6 +3,7 @@
 this task only.
 
     python -m cudagent.bench.worker --task T --result R.json --device cuda [--solution S | --optimize SETTINGS.json]
+                                    [--evaluator URL,...]
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def run(args) -> dict:
 
     out: dict = {"task": str(args.task)}
     task = load_task(Path(args.task))
+    if args.evaluator:
+        return {**out, **_remote(args, task)}
     device = resolve_device(args.device)
     out["device"] = device.to_dict()
     validate_task(task, device.kind)
@@ -36,6 +39,10 @@ def run(args) -> dict:
     options = EvalOptions(fork_server=Settings.from_env().fork_server)
     with Evaluator(task, device, options, null_candidates=out["null_candidates"]) as evaluator:
         verdict = evaluator.evaluate(workspace_for(resolve_candidate(Path(args.solution)), task.source))
+    return {**out, **_kept(verdict)}
+
+
+def _kept(verdict) -> dict:
     v = verdict.to_dict()
     keep = (
         "correct",
@@ -50,10 +57,48 @@ def run(args) -> dict:
         "flags",
         "notes",
     )
-    return {**out, **{k: v[k] for k in keep}}
+    return {k: v[k] for k in keep}
 
 
-def _optimize(args, device) -> dict:
+def _remote(args, task) -> dict:
+    """The task judged on `cudagent serve` services (--evaluator): the service checks it for null candidates and
+    flags a degenerate task in the verdict."""
+    import asyncio
+    import re
+
+    from cudagent.evaluator.port import snapshot_of
+    from cudagent.serve.client import EvaluatorPool
+    from cudagent.workspace import resolve_candidate, workspace_for
+
+    pool = EvaluatorPool.from_env(args.evaluator)
+    if args.optimize:
+        port = pool.port(task)
+        asyncio.run(port.open())
+        device = port.device()
+        asyncio.run(port.close())
+        return {"device": device, **_optimize(args, None, pool.urls)}
+    if args.solution is None:
+        return {"correct": False, "tier": -1, "error": "no solution for this task", "missing": True}
+    snapshot = snapshot_of(workspace_for(resolve_candidate(Path(args.solution)), task.source))
+
+    async def judge():
+        port = pool.port(task)
+        await port.open()
+        try:
+            return await port.evaluate(snapshot, timing=True), port.device()
+        finally:
+            await port.close()
+
+    verdict, device = asyncio.run(judge())
+    nulls = []
+    for flag in verdict.flags:
+        found = re.match(r"DEGENERATE_TASK: the null candidate\(s\) (.+?) pass", flag)
+        if found:
+            nulls = [n.strip() for n in found.group(1).split(",")]
+    return {"device": device, "null_candidates": nulls, "evaluator": pool.urls, **_kept(verdict)}
+
+
+def _optimize(args, device, evaluator_urls: list[str] | None = None) -> dict:
     from cudagent.agent.episode import EpisodeLimits
     from cudagent.agent.runner import PolicySettings, RunOptions, start_run
     from cudagent.agent.ui import JsonEvents
@@ -62,7 +107,9 @@ def _optimize(args, device) -> dict:
     settings = json.loads(Path(args.optimize).read_text())
     limits = EpisodeLimits(**settings.pop("limits", {}))
     env = Settings.from_env()
-    options = RunOptions(settings=env, device=device.kind, limits=limits)
+    options = RunOptions(
+        settings=env, device=device.kind if device else "auto", limits=limits, evaluator_urls=evaluator_urls
+    )
     with open(os.devnull, "w") as sink:
         summary = start_run(
             Path(args.task), PolicySettings(**settings, prices_per_mtok=env.prices_per_mtok), options, JsonEvents(sink)
@@ -89,6 +136,7 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--solution")
     parser.add_argument("--optimize", help="a JSON file of policy settings and limits: run the agent instead")
+    parser.add_argument("--evaluator", help="cudagent serve URLs, comma-separated: evaluate there")
     args = parser.parse_args()
     start = time.monotonic()
     try:

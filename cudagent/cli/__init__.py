@@ -6,6 +6,7 @@ Human-facing text goes to stderr, results to stdout; every command ends with a d
 
 from __future__ import annotations
 
+import json
 import sys
 import warnings
 
@@ -13,13 +14,15 @@ import typer
 
 import cudagent.cli.bench as _bench
 import cudagent.cli.check as _check  # each module registers its commands on `app`
+import cudagent.cli.data as _data
 import cudagent.cli.doctor as _doctor
 import cudagent.cli.optimize as _optimize
 import cudagent.cli.review as _review
+import cudagent.cli.serve as _serve
 from cudagent.cli.app import app
 from cudagent.errors import CudagentError, ExitCode
 
-del _check, _doctor, _optimize, _review, _bench
+del _check, _data, _doctor, _optimize, _review, _bench, _serve
 
 
 def main() -> None:
@@ -30,6 +33,8 @@ def main() -> None:
         app()
     except CudagentError as exc:
         typer.echo(f"cudagent: {exc.message}", err=True)
+        if "--json" in sys.argv[1:]:  # a JSON stream promised on stdout ends with a JSON object, errors too
+            typer.echo(json.dumps({"error": exc.message, "exit_code": int(exc.exit_code)}))
         sys.exit(int(exc.exit_code))
     except KeyboardInterrupt:
         typer.echo("cudagent: interrupted", err=True)

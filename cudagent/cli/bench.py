@@ -11,8 +11,9 @@ from pathlib import Path
 import typer
 
 from cudagent.cli.app import app
-from cudagent.cli.check import DeviceChoice
-from cudagent.errors import CudagentError, ExitCode
+from cudagent.cli.check import device_option
+from cudagent.cli.optimize import evaluator_urls
+from cudagent.errors import CudagentError, EnvironmentProblem, ExitCode
 
 SELECT_PANEL = "Tasks"
 AGENT_PANEL = "Agent runs (without --solutions)"
@@ -23,6 +24,7 @@ AGENT_PANEL = "Agent runs (without --solutions)"
     "  cudagent bench examples/tasks --solutions examples/solutions/cuda\n\n"
     "  cudagent bench ~/KernelBench --level 1 --select '*ReLU*' --solutions runs/level1 --gpus 0,1 --json\n\n"
     "  cudagent bench ~/KernelBench --level 2 --model my-model --max-turns 60 --out bench-l2 --resume\n\n"
+    "  cudagent bench ~/KernelBench --level 1 --solutions runs/level1 --evaluator http://gpu-host:8765\n\n"
     "Exit codes: 0 the bench ran (whatever it found); 2 bad folder, selection or options; 3 environment problem "
     "(no GPU for --device cuda, Ray missing for --ray)."
 )
@@ -38,7 +40,7 @@ def bench(
     list_file: Path = typer.Option(
         None, "--list", help="A file naming the tasks to run, one per line.", rich_help_panel=SELECT_PANEL
     ),
-    device: DeviceChoice = typer.Option(DeviceChoice.auto, help="GPUs (CUDA kernels) or the CPU (C++ kernels)."),
+    device: str = device_option("GPUs (CUDA kernels) or the CPU (C++ kernels)."),
     gpus: str = typer.Option(None, help="GPU ids to use, one worker each, e.g. 0,1 (default: all)."),
     timeout: float = typer.Option(1800.0, help="Seconds one task may take before it counts as failed."),
     out: Path = typer.Option(Path("bench-out"), help="Where results.jsonl and the report go."),
@@ -48,6 +50,19 @@ def bench(
     model: str = typer.Option(None, help="Model for agent runs.", rich_help_panel=AGENT_PANEL),
     base_url: str = typer.Option(None, help="Endpoint for agent runs.", rich_help_panel=AGENT_PANEL),
     max_turns: int = typer.Option(None, help="Turns per agent run.", rich_help_panel=AGENT_PANEL),
+    missing_as_failed: bool = typer.Option(
+        False, "--missing-as-failed", help="Count a task without a solution as failed instead of skipping it."
+    ),
+    evaluator: list[str] = typer.Option(
+        None,
+        envvar="CUDAGENT_EVALUATOR_URL",
+        help="Evaluate on `cudagent serve` services (repeat for a pool; token: $CUDAGENT_EVALUATOR_TOKEN) instead "
+        "of this machine's GPUs.",
+        show_default=False,
+    ),
+    jobs: int = typer.Option(
+        None, help="Tasks at once with --evaluator (default: twice the services' GPUs).", show_default=False
+    ),
 ) -> None:
     """Score many tasks: pass rate, fast_1 and fast_1.05 against eager and torch.compile, geomean speedups, per
     level and overall, with degenerate tasks flagged; writes report.json, report.md and speedups.png to OUT."""
@@ -62,29 +77,32 @@ def bench(
         raise typer.BadParameter("must be positive", param_hint="--timeout")
     levels = [x.strip() for x in level.split(",")] if level else None
     tasks = discover(tasks_dir, levels, select, list_file)
-    dev = resolve_device(device.value)
-    slots = _slots(dev, gpus)
+    urls = evaluator_urls(",".join(evaluator or []))
+    if urls:
+        dev, slots = _remote(urls, jobs, gpus)
+    else:
+        if jobs is not None:
+            raise CudagentError("--jobs is for --evaluator; on this machine the bench runs one task per GPU")
+        dev = resolve_device(device)
+        slots = _slots(dev, gpus)
     optimize = None
     if solutions is None:
         optimize = {k: v for k, v in {"model": model, "base_url": base_url}.items() if v}
         optimize["limits"] = {"max_turns": max_turns} if max_turns else {}
 
+    config = BenchConfig(out, dev.kind, slots, timeout, solutions, optimize, resume, ray, missing_as_failed, urls)
+    runner = Bench(config)
+    pending = runner.pending(tasks)
+    progress = BenchProgress(len(pending) - len(runner.unsolved(pending)), enabled=not as_json and sys.stderr.isatty())
+
     def show(row: dict) -> None:
         if as_json:
             typer.echo(json.dumps({"event": "task", **row}, default=str))
-        status = "correct" if row.get("correct") else "failed"
-        speed = f", {row['speedup_vs_compile']:.2f}x vs compile" if row.get("speedup_vs_compile") else ""
-        why = (
-            ""
-            if row.get("correct")
-            else f": {(row.get('error') or '').splitlines()[0][:100]}"
-            if row.get("error")
-            else ""
-        )
-        typer.echo(f"{row['key']}: {status}, tier {row.get('tier')}{speed}{why}", err=True)
+        progress.done(task_line(row), counts=not row.get("skipped"))
 
-    config = BenchConfig(out, dev.kind, slots, timeout, solutions, optimize, resume, ray)
-    rows = Bench(config, show).run(tasks)
+    runner.on_result = show
+    with progress:
+        rows = runner.run(tasks)
     meta = {
         "source": str(tasks_dir),
         "device_name": dev.name,
@@ -92,7 +110,7 @@ def bench(
         "torch": dev.torch_version,
         "cuda": dev.cuda_version,
         "sizes": _sizes(tasks_dir, tasks),
-        "gpus": slots,
+        "gpus": slots if not urls else f"{len(slots)} tasks at once on {', '.join(urls)}",
         "mode": f"solutions {solutions}" if solutions else f"optimize ({optimize})",
     }
     report = build_report(rows, meta)
@@ -112,6 +130,28 @@ def bench(
         _print_table(report, table_rows(report))
         typer.echo(f"report: {paths['markdown']}, {paths['json']}, {paths['png']}", err=True)
     raise typer.Exit(int(ExitCode.OK))
+
+
+def _remote(urls: list[str], jobs: int | None, gpus: str | None):
+    """The services' device (for the report) and the concurrent task slots; a service that does not answer, or
+    answers with an error, fails here at once."""
+    import asyncio
+
+    from cudagent.hardware import DeviceInfo
+    from cudagent.serve.client import EvaluatorPool
+
+    if gpus:
+        raise CudagentError("--gpus is for this machine's GPUs; with --evaluator the service chooses (its --gpus)")
+    if jobs is not None and jobs <= 0:
+        raise typer.BadParameter("must be positive", param_hint="--jobs")
+    pool = EvaluatorPool.from_env(urls)
+    infos = [asyncio.run(pool.info(u)) for u in pool.urls]
+    workers = [w for info in infos for w in info["workers"]]
+    device = next((w["device"] for w in workers if w.get("device")), None)
+    if device is None:
+        raise EnvironmentProblem(f"no evaluator worker is up at {', '.join(pool.urls)}; try again in a minute")
+    device["capability"] = tuple(device["capability"]) if device.get("capability") else None
+    return DeviceInfo(**device), [None] * (jobs or 2 * len(workers))
 
 
 def _slots(dev, gpus: str | None) -> list[str | None]:
@@ -142,15 +182,89 @@ def _sizes(root: Path, tasks) -> str:
 
 
 def _print_table(report: dict, rows) -> None:
+    """The summary table on stdout: a column per figure where the terminal is wide enough, else a row per figure
+    (nothing cut, no word broken)."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     from cudagent.bench.report import COLUMNS, cell
 
-    table = Table(title=f"cudagent bench ({report['device_name']})")
-    table.add_column("")
-    for _, title, _ in COLUMNS:
-        table.add_column(title, justify="right")
+    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 170)
+    title = f"cudagent bench ({report['device_name']})"
+    wide = Table(title=title, box=box.SIMPLE_HEAD)
+    wide.add_column("", no_wrap=True)
+    for _, name, _ in COLUMNS:
+        words = name.replace(" (", "\n(")
+        wide.add_column(words, justify="right", min_width=max(len(w) for w in words.split()))
     for label, s in rows:
-        table.add_row(label, *[cell(s.get(k), kind) for k, _, kind in COLUMNS])
-    Console(file=sys.stdout, width=None if sys.stdout.isatty() else 170).print(table)
+        wide.add_row(label, *[cell(s.get(k), kind) for k, _, kind in COLUMNS])
+    if console.measure(wide).maximum <= console.width:
+        console.print(wide)
+        return
+    tall = Table(title=title, box=box.SIMPLE_HEAD)
+    tall.add_column("", no_wrap=True)
+    for label, _ in rows:
+        tall.add_column(label, justify="right", no_wrap=True)
+    for key, name, kind in COLUMNS:
+        tall.add_row(name, *[cell(s.get(key), kind) for _, s in rows])
+    console.print(tall)
+
+
+def task_line(row: dict) -> str:
+    """One line for a finished task: its name (with its level where there are levels), outcome and why."""
+    from cudagent.bench.report import shorten
+
+    name = row["name"] if row.get("level") in (None, "-") else row["key"]
+    if row.get("skipped"):
+        return f"{name}: skipped ({row['skipped']})"
+    status = "correct" if row.get("correct") else "failed"
+    speed = f", {row['speedup_vs_compile']:.2f}x vs compile" if row.get("speedup_vs_compile") else ""
+    why = (
+        f": {shorten((row.get('error') or '').splitlines()[0], 100)}"
+        if not row.get("correct") and row.get("error")
+        else ""
+    )
+    tier = f", tier {row.get('tier')}" if row.get("tier") is not None else ""
+    return f"{name}: {status}{tier}{speed}{why}"
+
+
+class BenchProgress:
+    """Finished tasks as lines, and (on a terminal) a bar with the count done, left and the time to go, on
+    stderr; without a terminal, just the lines."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.enabled = total, enabled
+        self._progress = None
+
+    def __enter__(self) -> BenchProgress:
+        if self.enabled and self.total:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._progress = Progress(
+                TextColumn("bench"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("tasks, time left"),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=True,
+                speed_estimate_period=24 * 3600,  # tasks take minutes: estimate from all of them, not the last 30 s
+            )
+            self._progress.start()
+            self._task = self._progress.add_task("bench", total=self.total)
+        return self
+
+    def done(self, line: str, counts: bool = True) -> None:
+        """A finished task's line; `counts`: it was run (a skipped task is not, and would skew the time left)."""
+        if self._progress is not None:
+            self._progress.console.print(line, highlight=False, soft_wrap=True)
+            if counts:
+                self._progress.advance(self._task)
+        else:
+            typer.echo(line, err=True)
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.stop()

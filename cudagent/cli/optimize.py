@@ -8,21 +8,30 @@ from pathlib import Path
 import typer
 
 from cudagent.cli.app import app
-from cudagent.cli.check import DeviceChoice
-from cudagent.errors import CudagentError, ExitCode
+from cudagent.cli.check import device_option
+from cudagent.errors import CudagentError, ExitCode, Terminated
 
 ENV_HELP = (
     "Environment: OPENAI_BASE_URL (the server, e.g. http://localhost:8000/v1 for vLLM), OPENAI_API_KEY, "
     "CUDAGENT_HOME (where runs are kept, default ~/.local/share/cudagent), CUDAGENT_CACHE_DIR (builds, baselines), "
-    "CUDAGENT_PRICE_INPUT / CUDAGENT_PRICE_OUTPUT (dollars per million tokens, to report cost)."
+    "CUDAGENT_PRICE_INPUT / CUDAGENT_PRICE_OUTPUT (dollars per million tokens, to report cost), "
+    "CUDAGENT_EVALUATOR_URL / CUDAGENT_EVALUATOR_TOKEN (a `cudagent serve` service to evaluate on)."
 )
 OPTIMIZE_EXIT = (
     "Exit codes: 0 the run ended normally (finish or a limit), whatever it found; 2 bad task file or options; "
     "3 environment problem (no GPU for --device cuda, model server unreachable or unusable, --sandbox bwrap where "
-    "bubblewrap cannot run); 130 interrupted "
-    "(resume with --resume)."
+    "bubblewrap cannot run); 130 interrupted (SIGINT), 143 terminated (SIGTERM): resume with --resume."
 )
 MODEL_PANEL = "Model server"
+
+
+def evaluator_urls(value: str | None) -> list[str] | None:
+    """--evaluator's URLs, each checked (a missing scheme is named at once)."""
+    if not value:
+        return None
+    from cudagent.serve.client import check_url
+
+    return [check_url(u) for u in value.split(",") if u.strip()] or None
 
 
 class SandboxChoice(str, Enum):
@@ -80,7 +89,7 @@ def optimize(
     ),
     request_timeout: float = typer.Option(
         None,
-        help="Seconds to wait for one reply of the server before retrying it [default: 600].",
+        help="Seconds to wait for one reply of the server before retrying it (default 600).",
         rich_help_panel=MODEL_PANEL,
     ),
     max_turns: int = typer.Option(
@@ -106,7 +115,14 @@ def optimize(
     context_tokens: int = typer.Option(
         None, help="The model's context window; default: what the server says, else 32768.", rich_help_panel=LIMIT_PANEL
     ),
-    device: DeviceChoice = typer.Option(DeviceChoice.auto, help="The GPU (CUDA kernels) or the CPU (C++ kernels)."),
+    device: str = device_option("The GPU (CUDA kernels) or the CPU (C++ kernels)."),
+    evaluator: str = typer.Option(
+        None,
+        envvar="CUDAGENT_EVALUATOR_URL",
+        help="Build, verify and profile on a `cudagent serve` service at this URL (comma-separated URLs: a pool); "
+        "the agent, its shell and git stay here. Its token: $CUDAGENT_EVALUATOR_TOKEN.",
+        show_default=False,
+    ),
     as_json: bool = typer.Option(
         False, "--json", help="Stream JSON events on stdout, one per line, ending with a summary object."
     ),
@@ -161,7 +177,8 @@ def optimize(
     )
     options = RunOptions(
         settings=env_settings,
-        device=device.value,
+        device=device,
+        evaluator_urls=evaluator_urls(evaluator),
         final_evaluation=final_check,
         sandbox=sandbox.value if sandbox is not None else None,
     )
@@ -199,6 +216,10 @@ def optimize(
         reporter.close()
         typer.echo("cudagent: interrupted; continue with `cudagent optimize --resume last`", err=True)
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    except Terminated:
+        reporter.close()
+        typer.echo("cudagent: terminated (SIGTERM); continue with `cudagent optimize --resume last`", err=True)
+        raise typer.Exit(int(ExitCode.TERMINATED)) from None
     finally:
         reporter.close()
     reporter.summary(summary)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from cudagent.build import BuildResult
+from cudagent.errors import EnvironmentProblem
 from cudagent.evaluator.evaluator import EvalOptions, Evaluator
 from cudagent.evaluator.verdict import Verdict
 from cudagent.hardware import DeviceInfo
@@ -28,6 +29,11 @@ MAX_SNAPSHOT_BYTES = 16 << 20
 
 class SnapshotError(ValueError):
     """A snapshot names a file an agent does not own, or is too large."""
+
+
+class EvaluatorUnavailable(EnvironmentProblem):
+    """The evaluator could not be reached or could not answer (a remote service down for longer than its clients
+    wait, a worker that faulted): the call judged nothing. A tool call that meets it fails; the episode goes on."""
 
 
 def snapshot_of(ws: Workspace) -> Snapshot:

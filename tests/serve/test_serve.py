@@ -1,0 +1,316 @@
+"""`cudagent serve` on the CPU (C++ tasks): a real service process on localhost, real clients.
+
+The scripted episodes are those of tests/agent (a real HTTP model server, real git, the real evaluator), with
+`--evaluator URL`: the agent, its shell and git here, every build and verification in the service."""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import json
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from cudagent.agent.chat_driver import ChatDriver
+from cudagent.agent.episode import EpisodeLimits
+from cudagent.agent.recorders import MemoryRecorder, Recorders
+from cudagent.evaluator.port import EvaluatorUnavailable, SnapshotError
+from cudagent.serve.client import EvaluatorPool
+from cudagent.serve.service import is_loopback, load_or_create_token
+from cudagent.task import Task
+from tests.agent.episodes import FINISH, MODEL_NEW, SOLVE, TASK, cli_env, cudagent, events, git, summary, write_task
+from tests.agent.fakes import ScriptedPolicy, call, episode
+from tests.agent.script_server import ScriptedServer, from_list
+from tests.serve.service_proc import TOKEN, ServiceProcess
+
+pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    with ServiceProcess(tmp_path_factory.mktemp("serve"), "--idle-expiry", "600") as svc:
+        yield svc
+
+
+def remote_env(home, model_url, service_url=None):
+    env = cli_env(home, model_url)
+    env["CUDAGENT_EVALUATOR_TOKEN"] = TOKEN
+    if service_url:
+        env["CUDAGENT_EVALUATOR_URL"] = service_url
+    return env
+
+
+def branch_record(s: dict) -> dict:
+    """What a user reviews: the tier, the commit subjects and the best kernel's files."""
+    repo, branch = s["repo"], s["branch"]
+    return {
+        "tier": s["best"]["tier"] if s["best"] else None,
+        "subjects": git(repo, "log", "--format=%s", branch).splitlines()[::-1][1:],
+        "model_new": git(repo, "show", f"{s['best']['commit']}:model_new.py") if s["best"] else None,
+        "kernel": git(repo, "show", f"{s['best']['commit']}:kernels/axpby_cpu.cpp") if s["best"] else None,
+    }
+
+
+def test_a_remote_episode_matches_the_local_one_and_resumes_against_the_service(tmp_path, service):
+    task = write_task(tmp_path / "t")
+    steps = SOLVE + [FINISH]
+    with ScriptedServer(from_list(steps)) as server:
+        local = cudagent(["optimize", str(task), "--device", "cpu", "--json", "--no-final-check"],
+                         cli_env(tmp_path / "local", server.url))  # fmt: skip
+    assert local.returncode == 0, local.stderr[-3000:]
+    with ScriptedServer(from_list(steps)) as server:
+        env = remote_env(tmp_path / "remote", server.url)
+        # the first part of the run stops at its turn limit; the resumed part finds the service in the trajectory
+        first = cudagent(["optimize", str(task), "--evaluator", service.url, "--json", "--max-turns", "3"], env)
+        assert first.returncode == 0, first.stderr[-3000:]
+        assert summary(first.stdout)["exit_reason"] == "max_turns"
+        resumed = cudagent(["optimize", "--resume", "last", "--json", "--max-turns", "10", "--no-final-check"], env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    s_local, s_remote = summary(local.stdout), summary(resumed.stdout)
+    assert s_remote["exit_reason"] == "finished" and s_remote["turns"] == len(steps)
+    assert branch_record(s_remote) == branch_record(s_local)
+    assert branch_record(s_remote)["tier"] == 1 and branch_record(s_remote)["model_new"] == MODEL_NEW
+    header = json.loads((tmp_path / "remote" / "runs" / s_remote["run_id"] / "trajectory.jsonl").open().readline())
+    assert header["evaluator"] == {"urls": [service.url]} and header["env"]["device"] == "cpu"
+    assert TOKEN not in json.dumps(header)  # the token is never recorded
+    trailers = git(s_remote["repo"], "log", "-1", "--format=%B", s_remote["best"]["commit"])
+    assert "Cudagent-Tier: 1" in trailers and "Cudagent-GPU: CPU" in trailers
+
+
+def test_a_garbage_episode_ends_cleanly(tmp_path, service):
+    task = write_task(tmp_path / "t")
+    steps = [
+        {"text": "I will now think about kernels without acting."},
+        {"tool": "write_file", "raw_arguments": "{not json"},
+        {"tool": "write_file", "arguments": {"path": "model_new.py", "content": "def broken(:\n"}},
+        {"tool": "verify", "arguments": {}},
+        {"tool": "write_file", "arguments": {"path": "../../escape.py", "content": "x"}},
+        {"tool": "compile", "arguments": {}},
+    ]
+    with ScriptedServer(from_list(steps, after={"garbage": "<html>not json</html>"})) as server:
+        proc = cudagent(
+            ["optimize", str(task), "--evaluator", service.url, "--json", "--max-turns", "9"]
+            + ["--max-format-errors", "3"],
+            remote_env(tmp_path / "home", server.url),
+            timeout=600,
+        )
+    assert proc.returncode in (0, 3), proc.stderr[-3000:]
+    s = summary(proc.stdout)
+    assert s["best"] is None and s["exit_reason"] in ("max_turns", "format_errors", "policy_error")
+    verify = [e for e in events(proc.stdout) if e.get("event") == "action" and e.get("tool") == "verify"]
+    assert not (tmp_path / "t" / "escape.py").exists() and not (tmp_path / "escape.py").exists()
+    assert all(not e.get("ok") for e in verify)
+
+
+def test_refusals_are_json_errors_with_a_status(service, tmp_path):
+    assert service.get("/v1/info", token=None)[0] == 401
+    status, body = service.get("/v1/info", token="wrong-token-but-long-enough")
+    assert status == 403 and body["error"]["code"] == "BAD_TOKEN"
+    assert service.get("/v1/health", token=None) == (200, {"status": "ok", "workers_up": 1, "workers": 1})
+    status, info = service.get("/v1/info")
+    assert status == 200 and info["workers"][0]["device"]["kind"] == "cpu" and "queue" in info
+    # a session for a bad task is refused with the task's own problem
+    status, body = service.post("/v1/sessions", {"task": {"name": "bad", "source": "import torch\n"}})
+    assert status == 422 and body["error"]["code"] == "BAD_TASK", body
+    status, opened = service.post("/v1/sessions", {"task": {"name": "axpby_small", "source": TASK}})
+    assert status == 200, opened
+    sid = opened["session"]
+    for path in ("../model.py", "kernels/../../x.cpp", "/etc/passwd", "kernels/a.exe", "build/x.cpp"):
+        status, body = service.post(f"/v1/sessions/{sid}/build", {"files": {path: "eA=="}})
+        assert status == 400 and body["error"]["code"] == "BAD_SNAPSHOT", (path, body)
+    status, body = service.post(f"/v1/sessions/{sid}/evaluate", {"files": {"model_new.py": "%%%"}})
+    assert status == 400 and "base64" in body["error"]["message"]
+    big = b'{"files": {"model_new.py": "' + b"A" * (25 << 20) + b'"}}'
+    status, body = service.request("POST", f"/v1/sessions/{sid}/build", big)
+    assert status == 413 and body["error"]["code"] == "TOO_LARGE"
+    status, body = service.request("POST", f"/v1/sessions/{sid}/build", b"{not json")
+    assert status == 400 and body["error"]["code"] == "BAD_REQUEST"
+    assert service.post("/v1/sessions/not-a-session/build", {"files": {}})[0] == 404
+    assert service.get("/v1/shell?cmd=id")[0] == 404  # there is no way to run a command
+    assert service.request("DELETE", f"/v1/sessions/{sid}")[0] == 200
+    assert service.post(f"/v1/sessions/{sid}/build", {"files": {}})[1]["error"]["code"] == "SESSION_UNKNOWN"
+
+
+def test_a_client_is_told_at_once_when_nothing_answers_and_when_its_token_is_wrong(tmp_path, service):
+    task = write_task(tmp_path / "t")
+    env = remote_env(tmp_path / "home", "http://127.0.0.1:9/v1")
+    start = time.monotonic()
+    proc = cudagent(["optimize", str(task), "--evaluator", "http://127.0.0.1:9"], env)
+    assert proc.returncode == 3 and "nothing answers at http://127.0.0.1:9" in proc.stderr, proc.stderr
+    assert time.monotonic() - start < 30
+    proc = cudagent(["optimize", str(task), "--evaluator", "127.0.0.1:9"], env)
+    assert proc.returncode == 2 and "needs a scheme" in proc.stderr
+    env["CUDAGENT_EVALUATOR_TOKEN"] = "not-the-token-at-all"
+    proc = cudagent(["optimize", str(task), "--evaluator", service.url], env)
+    assert proc.returncode == 3 and "not this service's" in proc.stderr, proc.stderr
+    assert not (tmp_path / "home" / "runs").exists() or not any((tmp_path / "home" / "runs").iterdir())
+
+
+def test_the_service_killed_mid_run_and_restarted(tmp_path):
+    """Killed before a verify (the client gives up after its retry window: the tool call fails, the run goes on),
+    restarted before the next: the client opens a new session, the run gets its verdict and ends normally."""
+    svc = ServiceProcess(tmp_path / "svc").start()
+    task = write_task(tmp_path / "t")
+    verify = {"tool": "verify", "arguments": {}}
+    steps = SOLVE[:4] + [verify, verify, FINISH]
+    done = set()
+
+    def script(i, messages):
+        if i == 4 and "kill" not in done:
+            done.add("kill")
+            svc.kill()
+        if i == 5 and "restart" not in done:
+            done.add("restart")
+            svc.start()
+        return steps[i] if i < len(steps) else FINISH
+
+    try:
+        with ScriptedServer(script) as server:
+            env = remote_env(tmp_path / "home", server.url, svc.url)
+            env["CUDAGENT_EVALUATOR_RETRY_S"] = "4"
+            proc = cudagent(["optimize", str(task), "--json", "--no-final-check"], env)
+    finally:
+        svc.stop()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    s = summary(proc.stdout)
+    assert s["exit_reason"] == "finished" and s["best"]["tier"] == 1 and s["best"]["turn"] == 6
+    lines = (tmp_path / "home" / "runs" / s["run_id"] / "trajectory.jsonl").read_text().splitlines()
+    turn5 = json.loads(lines[5])["actions"][0]
+    assert turn5["ok"] is False and "nothing was judged" in turn5["output"], turn5
+    assert "the evaluator service is unavailable" in turn5["output"]
+
+
+async def _episode(tmp_path, pool, i: int) -> tuple:
+    """An in-process episode on the service (chat driver, memory recorder): its model_new.py has a syntax error on
+    a line of its own (line i+3), so each verdict says which episode's files it judged."""
+    source = "import torch\n" * (i + 2) + "def broken(:\n"
+    policy = ScriptedPolicy([call("write_file", path="model_new.py", content=source), call("verify"), call("finish")])
+    port = pool.port(Task(f"axpby_{i}", TASK, tmp_path / f"axpby_{i}.py"))
+    await port.open()
+    recorder = MemoryRecorder()
+    ep = episode(tmp_path / f"ep{i}", port, EpisodeLimits(max_turns=5))
+    ep.on_improvement = Recorders(recorder).improved
+    result = await ChatDriver(ep, policy, Recorders(recorder), final_evaluation=False).run()
+    await port.close()
+    return result, recorder
+
+
+async def _run_many(tmp_path, url: str, n: int) -> list[tuple[int, str]]:
+    pool = EvaluatorPool([url], TOKEN)
+
+    async def one(i):
+        result, recorder = await _episode(tmp_path, pool, i)
+        assert result.end_reason == "finished"
+        return i, recorder.turns[1].actions[0]["output"]
+
+    return await asyncio.gather(*(one(i) for i in range(n)))
+
+
+def _tree_rss_mb(pid: int) -> float:
+    """Resident memory of a process and its descendants."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/status") as f:
+                total += next(int(x.split()[1]) for x in f if x.startswith("VmRSS:"))
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                todo += [int(c) for c in f.read().split()]
+        except (OSError, StopIteration):
+            continue
+    return total / 1024
+
+
+def test_64_concurrent_episodes_each_get_their_own_verdicts_in_bounded_memory(tmp_path):
+    with ServiceProcess(tmp_path / "svc", "--max-queue", "16") as svc:
+        peak, stop = [0.0], threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                peak[0] = max(peak[0], _tree_rss_mb(svc.proc.pid))
+                time.sleep(0.05)
+
+        before = _tree_rss_mb(svc.proc.pid)
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        results = asyncio.run(_run_many(tmp_path, svc.url, 64))
+        stop.set()
+        sampler.join()
+        status, info = svc.get("/v1/info")
+    assert len(results) == 64
+    for i, observation in results:
+        assert f"model_new.py:{i + 3}:" in observation, (i, observation)  # its own files, nobody else's
+    assert info["workers"][0]["sessions"] == 0 and info["queue"] == 0  # every session closed, nothing waiting
+    assert peak[0] - before < 1024, (before, peak[0])
+
+
+def test_a_faulting_or_killed_worker_is_restarted_and_a_port_gives_up_after_its_window(tmp_path):
+    svc = ServiceProcess(tmp_path / "svc").start()
+    try:
+        pool = EvaluatorPool([svc.url], TOKEN, retry_window_s=60)
+        port = pool.port(Task("axpby_small", TASK, tmp_path / "axpby_small.py"))
+        snapshot = {"model_new.py": b"def broken(:\n"}
+
+        def worker_pids() -> list[int]:
+            return [int(c) for c in open(f"/proc/{svc.proc.pid}/task/{svc.proc.pid}/children").read().split()]
+
+        async def scenario():
+            await port.open()
+            first = await port.evaluate(snapshot, timing=False)
+            # the evaluator itself fails mid-call (its session's directory replaced by a file, as a dying disk or
+            # GPU would make it fail): that call answers EVALUATOR_FAULT, the worker restarts, the client retries
+            # on a new session and gets the verdict
+            (session_dir,) = glob.glob(f"/tmp/cudagent-serve-*/cpu-scratch/{port.session}")
+            shutil.rmtree(session_dir)
+            Path(session_dir).write_text("not a directory")
+            second = await port.evaluate(snapshot, timing=False)
+            # the worker killed outright: restarted too
+            for pid in worker_pids():
+                os.kill(pid, 9)
+            third = await port.evaluate(snapshot, timing=False)
+            await port.close()
+            return first, second, third
+
+        verdicts = asyncio.run(scenario())
+        assert [v.violations[0].code for v in verdicts] == ["SYNTAX_ERROR"] * 3
+        status, info = svc.get("/v1/info")
+        assert info["workers"][0]["restarts"] == 2 and info["workers"][0]["up"]
+        assert "failed inside the evaluator; this worker stops" in svc.log.read_text()
+        with pytest.raises(SnapshotError, match="not a file an agent owns"):
+            asyncio.run(pool.port(Task("axpby_small", TASK, None)).build({"../x.py": b""}))
+    finally:
+        svc.kill()
+    pool.retry_window_s = 2
+    start = time.monotonic()
+    with pytest.raises(EvaluatorUnavailable, match="nothing answers"):
+        asyncio.run(port.evaluate(snapshot, timing=False))
+    assert time.monotonic() - start < 15
+
+
+def test_bad_service_options_are_one_sentence_each(tmp_path, service):
+    env = dict(os.environ, CUDAGENT_HOME=str(tmp_path / "home"), PYTHONWARNINGS="ignore")
+    proc = cudagent(["serve", "--device", "gpu"], env)
+    assert proc.returncode == 2 and "use cuda or cpu" in proc.stderr
+    proc = cudagent(["serve", "--device", "cpu", "--token-file", str(tmp_path / "missing")], env)
+    assert proc.returncode == 2 and "cannot read the token file" in proc.stderr
+    (tmp_path / "short").write_text("abc\n")
+    proc = cudagent(["serve", "--device", "cpu", "--token-file", str(tmp_path / "short")], env)
+    assert proc.returncode == 2 and "shorter than 16 characters" in proc.stderr
+    token = str(service.token_file)
+    proc = cudagent(["serve", "--device", "cpu", "--port", str(service.port), "--token-file", token], env, timeout=300)
+    assert proc.returncode == 3 and f"cannot listen on 127.0.0.1:{service.port}" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_the_first_start_makes_a_token_for_the_user_only_and_says_so(tmp_path):
+    default = tmp_path / "home" / "serve-token"
+    token, said = load_or_create_token(None, default)
+    assert len(token) >= 32 and token in said and str(default) in said
+    assert default.stat().st_mode & 0o777 == 0o600
+    assert load_or_create_token(None, default) == (token, None)  # later starts reuse it and print nothing
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3")
