@@ -1,0 +1,168 @@
+"""`cudagent data`: seed tasks, composed tasks, and filtering a folder of tasks into a dataset."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from cudagent.cli.app import app
+from cudagent.cli.check import device_option
+from cudagent.errors import CudagentError, ExitCode
+
+data_app = typer.Typer(
+    help="Make task datasets: seed operators, tasks composed from them, and the filters that decide what a dataset "
+    "keeps (runs, deterministic, torch.compile agrees, not degenerate, runtime window, not a copy of KernelBench).",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+app.add_typer(data_app, name="data")
+
+
+def _scale(value: str) -> str:
+    if value not in ("cpu", "gpu"):
+        raise typer.BadParameter("use cpu (small inputs) or gpu (the paper's sizes)", param_hint="--scale")
+    return value
+
+
+@data_app.command("seeds")
+def seeds(
+    out: Path = typer.Option(..., help="Folder to write one task file per seed operator into."),
+    scale: str = typer.Option("cpu", help="Input sizes: cpu (small) or gpu (large)."),
+) -> None:
+    """Write a KernelBench-style task file for every seed operator (activations, reductions, norms, linear layers,
+    convolutions, pooling)."""
+    from cudagent.data.compose import seed_task
+    from cudagent.data.ops import OPS
+
+    _scale(scale)
+    out.mkdir(parents=True, exist_ok=True)
+    for op in OPS:
+        task = seed_task(op.name, scale)
+        (out / f"{task.name}.py").write_text(task.source)
+    typer.echo(f"wrote {len(OPS)} seed tasks to {out}", err=True)
+
+
+@data_app.command("synth")
+def synth(
+    out: Path = typer.Option(..., help="Folder to write the composed task files into."),
+    count: int = typer.Option(50, help="How many tasks to compose."),
+    seed: int = typer.Option(0, help="The first seed number; task i uses seed + i, so a run is reproducible."),
+    max_ops: int = typer.Option(5, help="Most operators chained in one task (1-5)."),
+    scale: str = typer.Option("cpu", help="Input sizes: cpu (small) or gpu (large)."),
+) -> None:
+    """Compose tasks from seed operators whose shapes fit (elementwise ops, reductions, norms, matmuls,
+    convolutions, pooling), with sizes drawn from the seed: offline and reproducible."""
+    from cudagent.data.compose import compose
+
+    _scale(scale)
+    if count <= 0:
+        raise typer.BadParameter("must be positive", param_hint="--count")
+    if not 1 <= max_ops <= 5:
+        raise typer.BadParameter("must be 1 to 5", param_hint="--max-ops")
+    out.mkdir(parents=True, exist_ok=True)
+    names = set()
+    for i in range(count):
+        task = compose(seed + i, scale, max_ops)
+        names.add(task.name)
+        (out / f"{task.name}.py").write_text(task.source)
+    typer.echo(f"wrote {len(names)} composed tasks to {out} (seeds {seed}..{seed + count - 1})", err=True)
+
+
+@data_app.command("filter")
+def filter_tasks(
+    tasks_dir: Path = typer.Argument(..., help="A folder of task files (or a KernelBench checkout)."),
+    out: Path = typer.Option(..., help="Where filter.jsonl, the kept tasks (tasks/) and the report go."),
+    device: str = device_option("Where the running filters run: the GPUs or the CPU."),
+    runtime_ms: str = typer.Option(
+        None, help="Keep tasks whose reference runs LO,HI ms (default: 1,100 on a GPU, the paper's; 0.01,1000 on CPU)."
+    ),
+    against: Path = typer.Option(
+        None, help="A KernelBench checkout (or folder of tasks) to decontaminate against: no task may be too similar."
+    ),
+    max_similarity: float = typer.Option(0.9, help="Drop tasks at least this similar to a reference task."),
+    compile_backend: str = typer.Option(
+        None, "--compile", help="torch.compile backend for the agreement filter (default inductor), or off."
+    ),
+    jobs: int = typer.Option(None, help="CPU workers at once (default 1); on GPUs, one per GPU."),
+    timeout: float = typer.Option(300.0, help="Seconds one task's running filters may take."),
+    resume: bool = typer.Option(False, "--resume", help="Keep the verdicts already in OUT and filter the rest."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON line per task, then a summary object."),
+) -> None:
+    """Run every filter on a folder of tasks; keep those that pass in OUT/tasks/ (a folder `cudagent bench` runs)
+    and write a report of what each filter dropped and why."""
+    from cudagent.bench.tasks import discover
+    from cudagent.data.pipeline import FilterConfig, Pipeline
+    from cudagent.data.report import build_report, write_report
+    from cudagent.hardware import resolve_device
+
+    if not 0 < max_similarity <= 1:
+        raise typer.BadParameter("must be in (0, 1]", param_hint="--max-similarity")
+    if jobs is not None and jobs <= 0:
+        raise typer.BadParameter("must be positive", param_hint="--jobs")
+    files = [t.path for t in discover(tasks_dir)]
+    if not files:
+        raise CudagentError(f"no task files in {tasks_dir}")
+    dev = resolve_device(device)
+    window = _window(runtime_ms, dev.is_cuda)
+    references = {}
+    if against is not None:
+        references = {t.key: t.path.read_text(errors="replace") for t in discover(against)}
+        if not references:
+            raise CudagentError(f"no task files in {against} to decontaminate against")
+    if dev.is_cuda:
+        import torch
+
+        slots = [str(i) for i in range(torch.cuda.device_count())]
+    else:
+        slots = [None] * (jobs or 1)
+    config = FilterConfig(
+        device=dev.kind,
+        slots=slots,
+        runtime_ms=window,
+        compile_backend=compile_backend or "inductor",
+        references=references,
+        max_similarity=max_similarity,
+        timeout_s=timeout,
+        resume=resume,
+    )
+
+    def show(row: dict) -> None:
+        if as_json:
+            typer.echo(json.dumps({"event": "task", **row}, default=str))
+        else:
+            status = f"dropped by {row['dropped_by']}: {row['why']}" if row.get("dropped_by") else "kept"
+            runtime = f" ({row['runtime_ms']:.3g} ms)" if row.get("runtime_ms") else ""
+            typer.echo(f"{row['name']}: {status}{runtime}", err=True)
+
+    rows = Pipeline(config, out, show).run(files)
+    meta = {
+        "source": str(tasks_dir),
+        "device": dev.name,
+        "runtime_ms": list(window),
+        "compile": config.compile_backend,
+        "max_similarity": max_similarity,
+        "references": len(references),
+    }
+    report = build_report(rows, meta)
+    paths = write_report(report, out)
+    if as_json:
+        typer.echo(json.dumps({"event": "summary", **report, "files": {k: str(p) for k, p in paths.items()}}))
+    else:
+        dropped = ", ".join(f"{k} {v}" for k, v in report["dropped"].items() if v) or "none"
+        typer.echo(f"kept {report['kept']} of {report['tasks']} tasks (dropped: {dropped})", err=True)
+        typer.echo(f"report: {paths['markdown']}; kept tasks: {out / 'tasks'}", err=True)
+    raise typer.Exit(int(ExitCode.OK))
+
+
+def _window(value: str | None, cuda: bool) -> tuple[float, float]:
+    if value is None:
+        return (1.0, 100.0) if cuda else (0.01, 1000.0)
+    try:
+        lo, hi = (float(x) for x in value.split(","))
+    except ValueError:
+        raise typer.BadParameter("give LO,HI in milliseconds, e.g. 1,100", param_hint="--runtime-ms") from None
+    if not 0 <= lo < hi:
+        raise typer.BadParameter("LO must be below HI, both non-negative", param_hint="--runtime-ms")
+    return lo, hi

@@ -1,0 +1,96 @@
+"""The filters that run a task, in a process of its own (the dataset pipeline starts one per task, with a time and a
+memory limit), writing one JSON object: {"dropped_by": FILTER or null, "why", "runtime_ms"}.
+
+    python -m cudagent.data.check_worker --task T --device cpu|cuda --runtime-ms LO,HI --compile inductor|aot_eager|off
+                                         --result R.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+import traceback
+from pathlib import Path
+
+RUNTIME_CALLS = 7
+
+
+def check(args) -> dict:
+    import torch
+
+    from cudagent.data.filters import runtime_reason
+    from cudagent.errors import CudagentError
+    from cudagent.evaluator.compare import Tolerance, compare
+    from cudagent.evaluator.nullcheck import null_candidates
+    from cudagent.task import load_task, validate_task
+
+    device = args.device
+    try:
+        task = load_task(Path(args.task))
+        validate_task(task, device, timeout_s=args.task_timeout)
+    except CudagentError as exc:
+        return {"dropped_by": "runs", "why": exc.message}
+    model = task.build_model(1, device)
+    inputs = task.make_inputs(2, device)
+    with torch.no_grad():
+        expected = task.run(model, inputs)
+    if args.compile != "off":
+        try:
+            compiled = torch.compile(model, backend=args.compile)
+            with torch.no_grad():
+                got = compiled(*inputs)
+        except Exception as exc:  # noqa: BLE001  (whatever torch.compile raises drops the task, with its reason)
+            return {"dropped_by": "compile", "why": f"torch.compile failed: {type(exc).__name__}: {str(exc)[:300]}"}
+        result = compare(expected, got, Tolerance(), check_device=False)
+        if not result.ok:
+            return {
+                "dropped_by": "compile",
+                "why": f"torch.compile disagrees with eager: {result.violations[0].message}",
+            }
+    nulls = null_candidates(task, device)
+    if nulls:
+        return {"dropped_by": "degenerate", "why": f"the null candidate(s) {', '.join(nulls)} pass"}
+    times = []
+    with torch.no_grad():
+        for i in range(RUNTIME_CALLS + 2):
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            model(*inputs)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            if i >= 2:  # warm-up: allocator, cuDNN/cuBLAS heuristics
+                times.append((time.perf_counter() - start) * 1e3)
+    median = statistics.median(times)
+    why = runtime_reason(median, args.window)
+    return {"dropped_by": "runtime" if why else None, "why": why, "runtime_ms": round(median, 4)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="cudagent.data.check_worker")
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--result", required=True)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--runtime-ms", default="0,1e9")
+    parser.add_argument("--compile", default="inductor")
+    parser.add_argument("--task-timeout", type=float, default=120.0)
+    args = parser.parse_args()
+    lo, hi = (float(x) for x in args.runtime_ms.split(","))
+    args.window = (lo, hi)
+    try:
+        result = check(args)
+    except Exception as exc:  # noqa: BLE001  (a task that breaks the checker is dropped with what happened)
+        result = {"dropped_by": "runs", "why": f"{type(exc).__name__}: {exc}"[:500], "trace": traceback.format_exc()}
+    tmp = Path(args.result + ".tmp")
+    tmp.write_text(json.dumps(result, default=str))
+    os.replace(tmp, args.result)
+
+
+if __name__ == "__main__":
+    import warnings
+
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    main()

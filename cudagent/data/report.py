@@ -1,0 +1,66 @@
+"""The dataset report: how many tasks each filter dropped (with examples of its reasons), the kept tasks' reference
+runtimes and every task's similarity to the reference set, as histograms."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+from cudagent.data.filters import FILTERS
+
+
+def build_report(rows: list[dict], meta: dict) -> dict:
+    dropped = Counter(r["dropped_by"] for r in rows if r.get("dropped_by"))
+    kept = [r for r in rows if not r.get("dropped_by")]
+    examples = {}
+    for f in FILTERS:
+        examples[f] = [f"{r['name']}: {r['why']}" for r in rows if r.get("dropped_by") == f][:3]
+    runtimes = Counter()
+    for r in kept:
+        if r.get("runtime_ms"):
+            runtimes[_decade(r["runtime_ms"])] += 1
+    similarities = Counter()
+    for r in rows:
+        score = (r.get("similarity") or {}).get("score")
+        if score is not None:
+            similarities[f"{min(0.9, math.floor(score * 10) / 10):.1f}"] += 1
+    return {
+        **meta,
+        "tasks": len(rows),
+        "kept": len(kept),
+        "dropped": {f: dropped.get(f, 0) for f in FILTERS},
+        "examples": examples,
+        "runtime_ms_histogram": dict(sorted(runtimes.items(), key=lambda kv: float(kv[0].split("-")[0]))),
+        "similarity_histogram": dict(sorted(similarities.items())),
+    }
+
+
+def _decade(ms: float) -> str:
+    lo = 10 ** math.floor(math.log10(max(ms, 1e-6)))
+    return f"{lo:g}-{lo * 10:g}"
+
+
+def write_report(report: dict, out: Path) -> dict[str, Path]:
+    paths = {"json": out / "report.json", "markdown": out / "report.md"}
+    paths["json"].write_text(json.dumps(report, indent=2) + "\n")
+    lines = [
+        f"# Dataset filter report ({report['kept']} of {report['tasks']} tasks kept)",
+        "",
+        f"Device: {report.get('device')}; runtime window {report.get('runtime_ms')} ms; torch.compile backend "
+        f"{report.get('compile')}; similarity threshold {report.get('max_similarity')} against "
+        f"{report.get('references')} reference tasks.",
+        "",
+        "| filter | dropped | examples |",
+        "| --- | --- | --- |",
+    ]
+    for f in FILTERS:
+        ex = "<br>".join(e.replace("|", "\\|") for e in report["examples"][f])
+        lines.append(f"| {f} | {report['dropped'][f]} | {ex} |")
+    lines += ["", "Reference runtime of the kept tasks (ms): number of tasks", ""]
+    lines += [f"- {k}: {v}" for k, v in report["runtime_ms_histogram"].items()] or ["- (none)"]
+    lines += ["", "Highest similarity to a reference task, every task that got that far: number of tasks", ""]
+    lines += [f"- {k}: {v}" for k, v in report["similarity_histogram"].items()] or ["- (no reference set)"]
+    paths["markdown"].write_text("\n".join(lines) + "\n")
+    return paths

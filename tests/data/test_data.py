@@ -1,0 +1,168 @@
+"""`cudagent data` on the CPU: seed tasks, the programmatic composer, the filters on composed and planted bad tasks,
+decontamination against KernelBench-format files, resume after kill -9."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cudagent.data.compose import compose, seed_task
+from cudagent.data.filters import static_reason
+from cudagent.data.ops import OPS
+from cudagent.data.pipeline import FilterConfig, Pipeline
+from cudagent.data.similarity import fingerprint, most_similar, similarity
+from cudagent.task import load_task, validate_task
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "tasks"
+
+
+def test_every_seed_task_loads_and_runs(tmp_path):
+    for op in OPS:
+        task = seed_task(op.name)
+        path = tmp_path / f"{task.name}.py"
+        path.write_text(task.source)
+        assert static_reason(task.source) is None, op.name
+        validate_task(load_task(path), "cpu")  # raises with the reason if not
+
+
+def test_the_composer_is_reproducible_and_chains_only_fitting_ops():
+    first = [compose(seed) for seed in range(50)]
+    again = [compose(seed) for seed in range(50)]
+    assert [c.source for c in first] == [c.source for c in again]
+    assert len({c.name for c in first}) == 50 and len({c.source for c in first}) == 50
+    assert {len(c.ops) for c in first} >= {1, 2, 3, 4, 5}
+    assert all(static_reason(c.source) is None for c in first)
+    assert compose(7, "gpu").input_shape != compose(7, "cpu").input_shape
+
+
+PLANTED = {
+    "random_in_forward": "x = x + torch.rand_like(x)",
+    "dropout_in_forward": "x = F.dropout(x, 0.5)",
+    "degenerate_zero": "x = x - x",
+    "hangs": "while True:\n            pass",
+}
+
+
+def _planted(name: str, line: str) -> str:
+    return f"""import torch
+import torch.nn.functional as F
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        {line}
+        return x
+
+
+def get_inputs():
+    return [torch.randn(64, 256)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def _near_copy(source: str) -> str:
+    """An example task with its names changed and its sizes edited: what decontamination must still catch."""
+    return source.replace("batch_size", "n_rows").replace("dim", "n_cols").replace("4096", "2048")
+
+
+def test_filters_keep_a_plausible_share_and_drop_each_planted_task_for_its_reason(tmp_path):
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    for seed in range(50):
+        c = compose(seed)
+        (folder / f"{c.name}.py").write_text(c.source)
+    for name, line in PLANTED.items():
+        (folder / f"{name}.py").write_text(_planted(name, line))
+    (folder / "syntax_error.py").write_text("import torch\nclass Model(:\n")
+    softmax = (EXAMPLES / "softmax.py").read_text()
+    (folder / "near_copy_softmax.py").write_text(_near_copy(softmax))
+    first = compose(0)
+    other_sizes = ", ".join("7" for _ in first.input_shape)  # same ops, other sizes: a duplicate all the same
+    (folder / "zz_duplicate_of_first.py").write_text(first.source.replace(repr(first.input_shape)[1:-1], other_sizes))
+    refs = {p.stem: p.read_text() for p in EXAMPLES.glob("*.py")}
+    config = FilterConfig(
+        slots=[None, None], runtime_ms=(0.0, 1e6), compile_backend="aot_eager", references=refs, timeout_s=30
+    )
+    rows = {r["name"]: r for r in Pipeline(config, tmp_path / "out").run(sorted(folder.glob("*.py")))}
+    assert len(rows) == 50 + len(PLANTED) + 3
+    expected = {
+        "random_in_forward": "static",
+        "dropout_in_forward": "static",
+        "syntax_error": "static",
+        "degenerate_zero": "degenerate",
+        "hangs": "runs",
+        "near_copy_softmax": "similarity",
+        "zz_duplicate_of_first": "duplicate",
+    }
+    for name, by in expected.items():
+        assert rows[name]["dropped_by"] == by, rows[name]
+        assert rows[name]["why"], rows[name]
+    composed = [r for n, r in rows.items() if n not in expected]
+    kept = [r for r in composed if r["dropped_by"] is None]
+    assert len(kept) >= 35, [(r["name"], r["dropped_by"], r["why"]) for r in composed if r["dropped_by"]]
+    assert all(r["why"] for r in composed if r["dropped_by"])  # every drop explained
+    assert all(r["runtime_ms"] > 0 for r in kept)
+    assert sorted(p.stem for p in (tmp_path / "out" / "tasks").glob("*.py")) == sorted(r["name"] for r in kept)
+    assert rows["near_copy_softmax"]["similarity"]["closest"] == "softmax"
+
+
+def test_similarity_sees_through_renames_and_sizes_but_not_different_ops():
+    softmax, layernorm = (EXAMPLES / "softmax.py").read_text(), (EXAMPLES / "layernorm.py").read_text()
+    assert similarity(fingerprint(softmax), fingerprint(_near_copy(softmax))) >= 0.9
+    assert similarity(fingerprint(softmax), fingerprint(layernorm)) < 0.9
+    assert fingerprint(softmax).digest == fingerprint(softmax.replace("4096", "1024")).digest  # a duplicate
+    refs = {p.stem: fingerprint(p.read_text()) for p in EXAMPLES.glob("*.py")}
+    assert most_similar(fingerprint(_near_copy(softmax)), refs)[0] == "softmax"
+
+
+def test_a_killed_filter_run_resumes_without_losing_or_repeating_a_task(tmp_path):
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    for seed in range(6):
+        c = compose(100 + seed, max_ops=2)
+        (folder / f"{c.name}.py").write_text(c.source)
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "cudagent", "data", "filter", str(folder), "--out", str(out), "--device", "cpu"]
+    argv += ["--compile", "aot_eager", "--json"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (out / "filter.jsonl").is_file():
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = (out / "filter.jsonl").read_text().splitlines()
+    assert 1 <= len(before) < 6
+    done = subprocess.run(argv + ["--resume"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(x) for x in (out / "filter.jsonl").read_text().splitlines()]
+    assert sorted(r["name"] for r in rows) == sorted(p.stem for p in folder.glob("*.py"))  # each exactly once
+    summary = json.loads(done.stdout.splitlines()[-1])
+    assert summary["event"] == "summary" and summary["tasks"] == 6
+    assert (out / "report.md").read_text().startswith("# Dataset filter report")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["synth", "--out", "X", "--max-ops", "9"], "must be 1 to 5"),
+        (["synth", "--out", "X", "--scale", "tpu"], "use cpu"),
+        (["filter", "NOPE", "--out", "X"], "is not a directory"),
+        (["filter", "EMPTY", "--out", "X"], "no task files"),
+        (["filter", "EX", "--out", "X", "--runtime-ms", "5"], "give LO,HI"),
+    ],
+)
+def test_bad_input_is_one_sentence(tmp_path, args, message):
+    (tmp_path / "EMPTY").mkdir()
+    args = [str(EXAMPLES) if a == "EX" else str(tmp_path / a) if a in ("X", "NOPE", "EMPTY") else a for a in args]
+    proc = subprocess.run([sys.executable, "-m", "cudagent", "data", *args], capture_output=True, text=True)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
