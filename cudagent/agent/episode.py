@@ -130,6 +130,26 @@ class EpisodeResult:
         }
 
 
+def opening_messages(
+    prompts,
+    task: TaskInfo,
+    env: dict,
+    skills: list,
+    limits: EpisodeLimits,
+    action_format: str,
+    workspace: str,
+    baselines: dict | None = None,
+) -> list[dict]:
+    """The system and task messages an episode opens with (also what `cudagent data export` writes as prompts)."""
+    system = prompts.render(
+        "system", env=env, skills=skills, tools=TOOL_SPECS, limits=limits.to_dict(), action_format=action_format
+    )
+    user = prompts.render(
+        "task", task={"name": task.name, "source": task.source}, workspace=workspace, baseline=baselines
+    )
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
 class Episode:
     def __init__(
         self,
@@ -166,21 +186,16 @@ class Episode:
     # ----- opening ----------------------------------------------------------------------------------------------
 
     def opening(self, baselines: dict | None = None) -> list[dict]:
-        system = self.prompts.render(
-            "system",
-            env=self.env,
-            skills=self.skills,
-            tools=TOOL_SPECS,
-            limits=self.limits.to_dict(),
-            action_format=self.action_format,
+        return opening_messages(
+            self.prompts,
+            self.task,
+            self.env,
+            self.skills,
+            self.limits,
+            self.action_format,
+            str(self.toolbox.ws.root),
+            baselines,
         )
-        task = self.prompts.render(
-            "task",
-            task={"name": self.task.name, "source": self.task.source},
-            workspace=str(self.toolbox.ws.root),
-            baseline=baselines,
-        )
-        return [{"role": "system", "content": system}, {"role": "user", "content": task}]
 
     # ----- a turn -----------------------------------------------------------------------------------------------
 

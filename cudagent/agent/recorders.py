@@ -132,9 +132,10 @@ class EventRecorder(Recorder):
 
     def __init__(self, reporter, limits):
         self.report, self.limits = reporter, limits
+        self._improvements: list[dict] = []
 
     def improved(self, best: dict, verdict: dict) -> dict:
-        self.report.event({"event": "improvement", **best})
+        self._improvements.append({"event": "improvement", **best})  # told after its turn's line
         return {}
 
     def notice(self, reason: str, turn: int) -> None:
@@ -154,6 +155,9 @@ class EventRecorder(Recorder):
                 "best": state.best,
             }
         )
+        for event in self._improvements:
+            self.report.event(event)
+        self._improvements.clear()
         return {}
 
     def end(self, result: EpisodeResult, summary: dict) -> None:

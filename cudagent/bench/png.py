@@ -103,3 +103,27 @@ def speedup_plot(rows: dict[str, list[float]], path: str, lo: float = -3.0, hi: 
             c.rect(x - 2, y + jitter - 2, x + 2, y + jitter + 2, BLUE if s >= 1 else RED)
     with open(path, "wb") as f:
         f.write(c.png())
+
+
+def histogram_plot(panels: list[dict[str, int]], path: str) -> None:
+    """Bar charts one above the other (e.g. runtimes by decade, similarities by tenth): a bar per bucket, its count
+    above it and its label below (digits, '.', '-' and 'x' only: the font is small)."""
+    width, panel_h, top = 720, 170, 20
+    height = top + panel_h * max(1, len(panels))
+    c = Canvas(width, height)
+    for p, counts in enumerate(panels):
+        y0 = top + p * panel_h
+        base = y0 + panel_h - 40
+        c.rect(20, base, width - 20, base, BLACK)
+        if not counts:
+            continue
+        slot = (width - 40) // len(counts)
+        most = max(counts.values()) or 1
+        for i, (label, n) in enumerate(counts.items()):
+            x = 20 + i * slot + slot // 4
+            h = round((base - y0 - 20) * n / most)
+            c.rect(x, base - h, x + slot // 2, base - 1, BLUE)
+            c.text(x, base - h - 14, str(n))
+            c.text(x, base + 8, label[:12])
+    with open(path, "wb") as f:
+        f.write(c.png())

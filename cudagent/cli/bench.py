@@ -199,7 +199,7 @@ def _print_table(report: dict, rows) -> None:
         wide.add_column(words, justify="right", min_width=max(len(w) for w in words.split()))
     for label, s in rows:
         wide.add_row(label, *[cell(s.get(k), kind) for k, _, kind in COLUMNS])
-    if console.measure(wide).maximum <= console.width:
+    if console.measure(wide, options=console.options.update_width(10_000)).maximum <= console.width:
         console.print(wide)
         return
     tall = Table(title=title, box=box.SIMPLE_HEAD)

@@ -51,9 +51,17 @@ def synth(
     seed: int = typer.Option(0, help="The first seed number; task i uses seed + i, so a run is reproducible."),
     max_ops: int = typer.Option(5, help="Most operators chained in one task (1-5)."),
     scale: str = typer.Option("cpu", help="Input sizes: cpu (small) or gpu (large)."),
+    model: str = typer.Option(
+        None, help="Let this model compose the seeds (any OpenAI-compatible server; `auto`: its first model)."
+    ),
+    base_url: str = typer.Option(None, help="The model's endpoint; default $OPENAI_BASE_URL."),
+    api_key: str = typer.Option(None, help="API key; default $OPENAI_API_KEY."),
+    temperature: float = typer.Option(0.8, help="Sampling temperature of the model."),
 ) -> None:
-    """Compose tasks from seed operators whose shapes fit (elementwise ops, reductions, norms, matmuls,
-    convolutions, pooling), with sizes drawn from the seed: offline and reproducible."""
+    """Compose tasks from seed operators. Without --model: chains of seeds whose shapes fit (elementwise ops,
+    reductions, norms, matmuls, convolutions, pooling), sizes drawn from the seed, offline and reproducible. With
+    --model: the model composes 1-5 seeds into each task (prompts/data_compose.j2); answers without usable code are
+    recorded in OUT/synth.jsonl and skipped."""
     from cudagent.data.compose import compose
 
     _scale(scale)
@@ -62,12 +70,45 @@ def synth(
     if not 1 <= max_ops <= 5:
         raise typer.BadParameter("must be 1 to 5", param_hint="--max-ops")
     out.mkdir(parents=True, exist_ok=True)
+    if model is not None or base_url is not None:
+        _synth_with_model(out, count, seed, max_ops, scale, model, base_url, api_key, temperature)
+        return
     names = set()
     for i in range(count):
         task = compose(seed + i, scale, max_ops)
         names.add(task.name)
         (out / f"{task.name}.py").write_text(task.source)
     typer.echo(f"wrote {len(names)} composed tasks to {out} (seeds {seed}..{seed + count - 1})", err=True)
+
+
+def _synth_with_model(out, count, seed, max_ops, scale, model, base_url, api_key, temperature) -> None:
+    import asyncio
+
+    from cudagent.agent.openai_policy import OpenAIChatPolicy
+    from cudagent.agent.prompting import Prompts
+    from cudagent.data.synth_llm import compose_with_model
+
+    def tell(text: str) -> None:
+        typer.echo(f"cudagent: {text}", err=True)
+
+    policy = OpenAIChatPolicy(
+        on_retry=tell,
+        base_url=base_url,
+        api_key=api_key,
+        model=None if model in (None, "auto") else model,
+        mode="text",
+        temperature=temperature,
+        max_tokens=2048,
+    )
+    policy.prepare()  # nothing listening fails here, at once
+
+    def show(row: dict) -> None:
+        outcome = row.get("file") or f"dropped: {row['dropped']}"
+        typer.echo(f"seed {row['seed']} ({' + '.join(row['ops'])}): {outcome}", err=True)
+
+    rows = asyncio.run(compose_with_model(policy, Prompts(), seed, count, out, scale, max_ops, show))
+    made = sum(1 for r in rows if r.get("file"))
+    typer.echo(f"wrote {made} of {count} tasks to {out} ({count - made} answers without usable code)", err=True)
 
 
 @data_app.command("filter")
@@ -166,3 +207,69 @@ def _window(value: str | None, cuda: bool) -> tuple[float, float]:
     if not 0 <= lo < hi:
         raise typer.BadParameter("LO must be below HI, both non-negative", param_hint="--runtime-ms")
     return lo, hi
+
+
+@data_app.command("import")
+def import_(
+    source: Path = typer.Argument(
+        ..., help="A published task set (CUDA-Agent-Ops-6K's .parquet, .json or .jsonl) or a KernelBench checkout."
+    ),
+    out: Path = typer.Option(..., help="Folder to write the task files into (then run `cudagent data filter` on it)."),
+    level: str = typer.Option(None, help="KernelBench levels to import, e.g. 1,2 (default: all)."),
+) -> None:
+    """Bring a published task set into the task-folder form the filters, `export` and `cudagent bench` read."""
+    from cudagent.data.io import import_folder, import_records
+
+    if source.is_dir():
+        n = import_folder(source, out, [x.strip() for x in level.split(",")] if level else None)
+        typer.echo(f"imported {n} task files from {source} to {out}", err=True)
+        return
+    if not source.is_file():
+        raise CudagentError(f"{source} does not exist; give a .parquet, .json or .jsonl file, or a folder")
+    if source.suffix.lower() not in (".parquet", ".json", ".jsonl"):
+        raise CudagentError(f"{source.name}: give a .parquet, .json or .jsonl file, or a folder of task files")
+    written, skipped, column = import_records(source, out)
+    note = f"; {skipped} rows without task code skipped" if skipped else ""
+    typer.echo(f"imported {written} tasks from column {column!r} of {source.name} to {out}{note}", err=True)
+
+
+@data_app.command("export")
+def export(
+    tasks_dir: Path = typer.Argument(..., help="A folder of task files (e.g. a filter run's OUT/tasks)."),
+    out: Path = typer.Option(..., help="verl: the .parquet file to write; tasks: the folder to write."),
+    fmt: str = typer.Option(
+        "verl", "--format", help="verl (training parquet) or tasks (a folder cudagent bench runs)."
+    ),
+    data_source: str = typer.Option(None, help="verl's data_source column (default: cudagent/<folder name>)."),
+    device: str = device_option("The device the prompts describe (the one training will evaluate on)."),
+    workspace: str = typer.Option("/workspace", help="The workspace path the task prompt names."),
+) -> None:
+    """Write a folder of tasks as verl's training parquet (the prompts `optimize` opens with, agent_name,
+    data_source, extra_info with each task's source and id) or as a folder of tasks for `cudagent bench`."""
+    import shutil
+
+    from cudagent.bench.tasks import discover
+    from cudagent.data.io import verl_rows, write_parquet
+
+    files = [t.path for t in discover(tasks_dir)]
+    if not files:
+        raise CudagentError(f"no task files in {tasks_dir}")
+    if fmt == "tasks":
+        out.mkdir(parents=True, exist_ok=True)
+        for f in files:
+            shutil.copyfile(f, out / f.name)
+        typer.echo(f"wrote {len(files)} tasks to {out}", err=True)
+        return
+    if fmt != "verl":
+        raise typer.BadParameter("use verl or tasks", param_hint="--format")
+    if out.suffix != ".parquet":
+        raise CudagentError(f"{out}: verl reads parquet; give a path ending in .parquet")
+    from cudagent.evaluator.port import environment
+    from cudagent.hardware import resolve_device
+
+    dev = resolve_device(device)
+    rows = verl_rows(
+        files, data_source or f"cudagent/{tasks_dir.resolve().name}", environment(dev), dev.kind, workspace
+    )
+    write_parquet(rows, out)
+    typer.echo(f"wrote {len(rows)} rows to {out}", err=True)

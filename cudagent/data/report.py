@@ -8,6 +8,7 @@ import math
 from collections import Counter
 from pathlib import Path
 
+from cudagent.bench.png import histogram_plot
 from cudagent.data.filters import FILTERS
 
 
@@ -43,8 +44,9 @@ def _decade(ms: float) -> str:
 
 
 def write_report(report: dict, out: Path) -> dict[str, Path]:
-    paths = {"json": out / "report.json", "markdown": out / "report.md"}
+    paths = {"json": out / "report.json", "markdown": out / "report.md", "png": out / "histograms.png"}
     paths["json"].write_text(json.dumps(report, indent=2) + "\n")
+    histogram_plot([report["runtime_ms_histogram"], report["similarity_histogram"]], str(paths["png"]))
     lines = [
         f"# Dataset filter report ({report['kept']} of {report['tasks']} tasks kept)",
         "",
@@ -58,7 +60,8 @@ def write_report(report: dict, out: Path) -> dict[str, Path]:
     for f in FILTERS:
         ex = "<br>".join(e.replace("|", "\\|") for e in report["examples"][f])
         lines.append(f"| {f} | {report['dropped'][f]} | {ex} |")
-    lines += ["", "Reference runtime of the kept tasks (ms): number of tasks", ""]
+    lines += ["", "`histograms.png`: the two histograms below, top to bottom.", ""]
+    lines += ["Reference runtime of the kept tasks (ms): number of tasks", ""]
     lines += [f"- {k}: {v}" for k, v in report["runtime_ms_histogram"].items()] or ["- (none)"]
     lines += ["", "Highest similarity to a reference task, every task that got that far: number of tasks", ""]
     lines += [f"- {k}: {v}" for k, v in report["similarity_histogram"].items()] or ["- (no reference set)"]

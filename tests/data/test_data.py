@@ -18,6 +18,7 @@ from cudagent.data.ops import OPS
 from cudagent.data.pipeline import FilterConfig, Pipeline
 from cudagent.data.similarity import fingerprint, most_similar, similarity
 from cudagent.task import load_task, validate_task
+from tests.agent.test_llama_server import llama_server  # noqa: F401  (the fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "tasks"
@@ -166,3 +167,101 @@ def test_bad_input_is_one_sentence(tmp_path, args, message):
     args = [str(EXAMPLES) if a == "EX" else str(tmp_path / a) if a in ("X", "NOPE", "EMPTY") else a for a in args]
     proc = subprocess.run([sys.executable, "-m", "cudagent", "data", *args], capture_output=True, text=True)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_import_finds_the_code_column_and_export_writes_what_optimize_would_send(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from cudagent.agent.episode import Episode, EpisodeLimits, TaskInfo
+    from cudagent.agent.prompting import Prompts, load_skills
+    from cudagent.agent.tools import Toolbox
+    from cudagent.evaluator.port import environment
+    from cudagent.hardware import resolve_device
+    from cudagent.workspace import Workspace
+
+    # a published set whose code column has an unexpected name, with one row of non-code
+    rows = [{"op_name": f"op {i}", "pytorch_code": compose(i).source, "level": 1} for i in range(5)]
+    rows.append({"op_name": "broken", "pytorch_code": "not python (", "level": 1})
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "ops6k.parquet")
+    (tmp_path / "ops6k.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    for name in ("ops6k.parquet", "ops6k.jsonl"):
+        out = tmp_path / f"imported-{name}"
+        argv = [sys.executable, "-m", "cudagent", "data", "import", str(tmp_path / name), "--out", str(out)]
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        assert proc.returncode == 0 and "column 'pytorch_code'" in proc.stderr and "1 rows" in proc.stderr, proc.stderr
+        assert sorted(p.name for p in out.glob("*.py")) == [f"op_{i}.py" for i in range(5)]
+    (tmp_path / "nocode.json").write_text(json.dumps([{"a": "x", "b": 1}]))
+    proc = subprocess.run([sys.executable, "-m", "cudagent", "data", "import", str(tmp_path / "nocode.json"), "--out",
+                           str(tmp_path / "x")], capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 2 and "its columns are: a, b" in proc.stderr
+
+    # export to verl, read back with pyarrow: each prompt is the opening an optimize episode sends
+    ws = Workspace.create(tmp_path / "ws", "")
+    tasks = tmp_path / "imported-ops6k.parquet"
+    parquet = tmp_path / "train.parquet"
+    argv = [sys.executable, "-m", "cudagent", "data", "export", str(tasks), "--out", str(parquet), "--device", "cpu"]
+    proc = subprocess.run([*argv, "--workspace", str(ws.root)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    table = pq.read_table(parquet).to_pylist()
+    assert len(table) == 5 and {r["agent_name"] for r in table} == {"cudagent_agent"}
+    env = environment(resolve_device("cpu"))
+    for row in table:
+        source = row["extra_info"]["task_source"]
+        assert source == (tasks / f"{row['extra_info']['task_id']}.py").read_text()
+        episode = Episode(
+            TaskInfo(row["extra_info"]["task_id"], source),
+            Toolbox(ws, source, None),
+            None,
+            EpisodeLimits(),
+            action_format="tools",  # a server with native tool calls, as training's
+            env=env,
+            skills=load_skills("cpu"),
+            prompts=Prompts(),
+        )
+        assert row["prompt"] == episode.opening()
+
+
+def test_the_model_composes_tasks_and_bad_answers_are_dropped_with_a_reason(tmp_path):
+    from tests.agent.script_server import ScriptedServer
+
+    good = compose(3).source
+    answers = iter(
+        [
+            {"text": f"Here is the task:\n```python\n{good}```\n"},
+            {"text": "I cannot help with that."},
+            {"text": "```python\nclass Model(:\n```"},
+            {"status": 500, "body": {"error": {"message": "overloaded"}}},
+        ]
+    )
+    fallback = {"text": f"```python\n{good}```"}
+    with ScriptedServer(lambda i, messages: next(answers, fallback)) as server:
+        argv = [sys.executable, "-m", "cudagent", "data", "synth", "--out", str(tmp_path / "llm"), "--count", "5"]
+        argv += ["--model", "scripted-model", "--base-url", server.url, "--seed", "11"]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        prompt = server.chat_requests[0]["messages"][0]["content"]
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(x) for x in (tmp_path / "llm" / "synth.jsonl").read_text().splitlines()]
+    assert len(rows) == 5
+    assert rows[0]["file"] and "the request failed" not in json.dumps(rows[:3])
+    assert "holds no task file" in rows[1]["dropped"] and "holds no task file" in rows[2]["dropped"]
+    written = sorted(p.name for p in (tmp_path / "llm").glob("*.py"))
+    assert len(written) == sum(1 for r in rows if r.get("file")) >= 2
+    assert all(static_reason((tmp_path / "llm" / w).read_text()) is None for w in written)
+    for op in rows[0]["ops"]:  # the prompt showed the drawn seeds
+        assert f"Seed 1: {rows[0]['ops'][0]}" in prompt and op in prompt
+    assert "wrote" in proc.stderr and "answers without usable code" in proc.stderr
+
+
+def test_a_weak_real_model_does_not_break_the_pipeline(tmp_path, llama_server):  # noqa: F811
+    argv = [sys.executable, "-m", "cudagent", "data", "synth", "--out", str(tmp_path / "llm"), "--count", "3"]
+    argv += ["--model", "auto", "--base-url", llama_server, "--max-ops", "2"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(x) for x in (tmp_path / "llm" / "synth.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and all(r.get("file") or r.get("dropped") for r in rows)
+    files = list((tmp_path / "llm").glob("*.py"))
+    if files:  # whatever it wrote goes through the filters without breaking them
+        config = FilterConfig(runtime_ms=(0.0, 1e6), compile_backend="aot_eager", timeout_s=60)
+        result = Pipeline(config, tmp_path / "out").run(files)
+        assert all(r.get("dropped_by") is None or r["why"] for r in result)
