@@ -30,18 +30,42 @@ def _scale(value: str) -> str:
 def seeds(
     out: Path = typer.Option(..., help="Folder to write one task file per seed operator into."),
     scale: str = typer.Option("cpu", help="Input sizes: cpu (small) or gpu (large)."),
+    from_module: Path = typer.Option(
+        None,
+        help="Instead: a task file of your own model; each of its leaf modules (nn.Linear, nn.LayerNorm, ...) becomes "
+        "a seed task with the input shapes your get_inputs gives it.",
+    ),
+    hf: bool = typer.Option(
+        True, "--transformers/--no-transformers", help="Add transformers' building blocks when it is installed."
+    ),
 ) -> None:
     """Write a KernelBench-style task file for every seed operator (activations, reductions, norms, linear layers,
-    convolutions, pooling)."""
+    convolutions, pooling, and transformers' blocks), or for the leaf modules of your own model."""
     from cudagent.data.compose import seed_task
     from cudagent.data.ops import OPS
+    from cudagent.data.seeds import from_module as leaf_seeds
+    from cudagent.data.seeds import transformers_seeds
 
     _scale(scale)
+    if from_module is not None:
+        if not from_module.is_file():
+            raise CudagentError(f"{from_module} does not exist; give a task file (Model, get_inputs, get_init_inputs)")
+        seeds, skipped = leaf_seeds(from_module)
+        out.mkdir(parents=True, exist_ok=True)
+        for seed in seeds:
+            (out / f"{seed.name}.py").write_text(seed.source)
+        for why in skipped:
+            typer.echo(f"skipped {why}", err=True)
+        typer.echo(f"wrote {len(seeds)} seed tasks from the leaf modules of {from_module.name} to {out}", err=True)
+        return
     out.mkdir(parents=True, exist_ok=True)
     for op in OPS:
         task = seed_task(op.name, scale)
         (out / f"{task.name}.py").write_text(task.source)
-    typer.echo(f"wrote {len(OPS)} seed tasks to {out}", err=True)
+    extra = transformers_seeds() if hf else []
+    for seed in extra:
+        (out / f"{seed.name}.py").write_text(seed.source)
+    typer.echo(f"wrote {len(OPS) + len(extra)} seed tasks to {out}", err=True)
 
 
 @data_app.command("synth")
@@ -62,7 +86,7 @@ def synth(
     reductions, norms, matmuls, convolutions, pooling), sizes drawn from the seed, offline and reproducible. With
     --model: the model composes 1-5 seeds into each task (prompts/data_compose.j2); answers without usable code are
     recorded in OUT/synth.jsonl and skipped."""
-    from cudagent.data.compose import compose
+    from cudagent.data.compose import distinct
 
     _scale(scale)
     if count <= 0:
@@ -73,12 +97,11 @@ def synth(
     if model is not None or base_url is not None:
         _synth_with_model(out, count, seed, max_ops, scale, model, base_url, api_key, temperature)
         return
-    names = set()
-    for i in range(count):
-        task = compose(seed + i, scale, max_ops)
-        names.add(task.name)
+    tasks = distinct(seed, count, scale, max_ops)
+    for task in tasks:
         (out / f"{task.name}.py").write_text(task.source)
-    typer.echo(f"wrote {len(names)} composed tasks to {out} (seeds {seed}..{seed + count - 1})", err=True)
+    last = tasks[-1].seed if tasks else seed
+    typer.echo(f"wrote {len(tasks)} composed tasks to {out} (seeds {seed}..{last}, each a different chain)", err=True)
 
 
 def _synth_with_model(out, count, seed, max_ops, scale, model, base_url, api_key, temperature) -> None:
@@ -126,7 +149,9 @@ def filter_tasks(
     compile_backend: str = typer.Option(
         None, "--compile", help="torch.compile backend for the agreement filter (default inductor), or off."
     ),
-    jobs: int = typer.Option(None, help="CPU workers at once (default 1); on GPUs, one per GPU."),
+    jobs: int = typer.Option(
+        None, help="Workers at once on the CPU, or per GPU (default 1); their timings still run one at a time."
+    ),
     timeout: float = typer.Option(300.0, help="Seconds one task's running filters may take."),
     resume: bool = typer.Option(False, "--resume", help="Keep the verdicts already in OUT and filter the rest."),
     as_json: bool = typer.Option(False, "--json", help="One JSON line per task, then a summary object."),
@@ -155,7 +180,7 @@ def filter_tasks(
     if dev.is_cuda:
         import torch
 
-        slots = [str(i) for i in range(torch.cuda.device_count())]
+        slots = [str(i) for i in range(torch.cuda.device_count()) for _ in range(jobs or 1)]
     else:
         slots = [None] * (jobs or 1)
     config = FilterConfig(

@@ -8,6 +8,8 @@ memory limit), writing one JSON object: {"dropped_by": FILTER or null, "why", "r
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import statistics
@@ -22,12 +24,41 @@ def check(args) -> dict:
     import torch
 
     from cudagent.data.filters import runtime_reason
-    from cudagent.errors import CudagentError
-    from cudagent.evaluator.compare import Tolerance, compare
     from cudagent.evaluator.nullcheck import null_candidates
-    from cudagent.task import load_task, validate_task
 
     device = args.device
+    with device_share(exclusive=False):  # other workers may check tasks on this device meanwhile
+        result = _run_and_compare(args, device)
+        if isinstance(result, dict):
+            return result
+        task, model, inputs = result
+        nulls = null_candidates(task, device)
+        if nulls:
+            return {"dropped_by": "degenerate", "why": f"the null candidate(s) {', '.join(nulls)} pass"}
+    times = []
+    with device_share(exclusive=True), torch.no_grad():  # timed alone on the device
+        for i in range(RUNTIME_CALLS + 2):
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            model(*inputs)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            if i >= 2:  # warm-up: allocator, cuDNN/cuBLAS heuristics
+                times.append((time.perf_counter() - start) * 1e3)
+    median = statistics.median(times)
+    why = runtime_reason(median, args.window)
+    return {"dropped_by": "runtime" if why else None, "why": why, "runtime_ms": round(median, 4)}
+
+
+def _run_and_compare(args, device: str):
+    """Load, validate, run, and compare torch.compile's output with eager's: (task, model, inputs), or the drop."""
+    import torch
+
+    from cudagent.errors import CudagentError
+    from cudagent.evaluator.compare import Tolerance, compare
+    from cudagent.task import load_task, validate_task
+
     try:
         task = load_task(Path(args.task))
         validate_task(task, device, timeout_s=args.task_timeout)
@@ -46,27 +77,27 @@ def check(args) -> dict:
             return {"dropped_by": "compile", "why": f"torch.compile failed: {type(exc).__name__}: {str(exc)[:300]}"}
         result = compare(expected, got, Tolerance(), check_device=False)
         if not result.ok:
-            return {
-                "dropped_by": "compile",
-                "why": f"torch.compile disagrees with eager: {result.violations[0].message}",
-            }
-    nulls = null_candidates(task, device)
-    if nulls:
-        return {"dropped_by": "degenerate", "why": f"the null candidate(s) {', '.join(nulls)} pass"}
-    times = []
-    with torch.no_grad():
-        for i in range(RUNTIME_CALLS + 2):
-            if device == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            model(*inputs)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            if i >= 2:  # warm-up: allocator, cuDNN/cuBLAS heuristics
-                times.append((time.perf_counter() - start) * 1e3)
-    median = statistics.median(times)
-    why = runtime_reason(median, args.window)
-    return {"dropped_by": "runtime" if why else None, "why": why, "runtime_ms": round(median, 4)}
+            why = f"torch.compile disagrees with eager: {result.violations[0].message}"
+            return {"dropped_by": "compile", "why": why}
+    return task, model, inputs
+
+
+@contextlib.contextmanager
+def device_share(exclusive: bool):
+    """A reader-writer lock on the device among the pipeline's workers (CUDAGENT_DEVICE_LOCK names its file):
+    checks share it, a timing has it alone, and a waiting timing lets no new check in ahead of it (a turnstile)."""
+    path = os.environ.get("CUDAGENT_DEVICE_LOCK")
+    if not path:
+        yield
+        return
+    with open(path + ".turnstile", "a") as turnstile, open(path, "a") as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def main() -> None:

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from cudagent.data.ops import BY_NAME, OPS, Op, Shape
 
 # elements of the input activation, per scale: (low, high), drawn log-uniformly
-SCALES = {"cpu": (1 << 14, 1 << 18), "gpu": (1 << 22, 1 << 26)}
+# (the GPU's: an elementwise pass over 2^24 fp32 values takes ~0.05 ms on an H100, so chains need 2^24-2^28 to land
+# in the paper's 1-100 ms window)
+SCALES = {"cpu": (1 << 14, 1 << 18), "gpu": (1 << 24, 1 << 28)}
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,7 @@ class Composed:
     ops: list[str]
     input_shape: Shape
     source: str
+    seed: int = 0
 
 
 def input_shape(rng: random.Random, rank: int, elements: int) -> Shape:
@@ -105,7 +108,20 @@ def compose(seed: int, scale: str = "cpu", max_ops: int = 5) -> Composed:
     digest = hashlib.sha256(f"{seed}:{scale}:{[o.name for o in ops]}:{shape}".encode()).hexdigest()[:6]
     name = f"{'_'.join(o.name for o in ops)[:60]}_{digest}"
     doc = f"{' -> '.join(o.name for o in ops)} on a {'x'.join(map(str, shape))} input (composed from seed {seed})."
-    return Composed(name, [o.name for o in ops], shape, render(name, ops, shape, rng, doc))
+    return Composed(name, [o.name for o in ops], shape, render(name, ops, shape, rng, doc), seed)
+
+
+def distinct(first_seed: int, count: int, scale: str = "cpu", max_ops: int = 5) -> list[Composed]:
+    """`count` tasks with different chains of operators (the same chain at other sizes is a duplicate to the
+    filters), from seeds first_seed, first_seed + 1, ...: a function of the arguments alone."""
+    tasks, chains, seed = [], set(), first_seed
+    while len(tasks) < count and seed < first_seed + 100 * count:
+        task = compose(seed, scale, max_ops)
+        seed += 1
+        if tuple(task.ops) not in chains:
+            chains.add(tuple(task.ops))
+            tasks.append(task)
+    return tasks
 
 
 def seed_task(op_name: str, scale: str = "cpu", seed: int = 0) -> Composed:

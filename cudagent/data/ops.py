@@ -62,7 +62,7 @@ def _scale_shift(s: Shape, rng: random.Random, p: str) -> Applied:
 
 
 def _linear(s: Shape, rng: random.Random, p: str) -> Applied:
-    out = rng.choice([64, 128, 256, 512, 1024])
+    out = rng.choice([c for c in (64, 128, 256, 512, 1024) if c <= max(64, 2 * s[-1])])
     return Applied([f"self.{p}linear = nn.Linear({s[-1]}, {out})"], f"self.{p}linear({{x}})", (*s[:-1], out))
 
 
@@ -98,7 +98,8 @@ def _group_norm(s: Shape, rng: random.Random, p: str) -> Applied:
 
 
 def _conv2d(s: Shape, rng: random.Random, p: str) -> Applied:
-    out, k = rng.choice([8, 16, 32, 64]), rng.choice([1, 3, 5])
+    out = rng.choice([c for c in (8, 16, 32, 64) if c <= max(8, 2 * s[1])])  # the activation grows 2x at most
+    k = rng.choice([1, 3, 5])
     return Applied(
         [f"self.{p}conv = nn.Conv2d({s[1]}, {out}, {k}, padding={k // 2})"], f"self.{p}conv({{x}})", (s[0], out, *s[2:])
     )

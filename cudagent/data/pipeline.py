@@ -27,7 +27,9 @@ RESULTS = "filter.jsonl"
 @dataclass
 class FilterConfig:
     device: str = "cpu"
-    slots: list[str | None] = field(default_factory=lambda: [None])  # GPU ids, or None per CPU worker
+    # one worker each: a GPU id (repeated for several workers on a GPU) or None (a CPU worker); workers on one device
+    # run their checks side by side and their timings one at a time (check_worker.device_share)
+    slots: list[str | None] = field(default_factory=lambda: [None])
     runtime_ms: tuple[float, float] = (0.0, 1e9)
     compile_backend: str = "inductor"  # what torch.compile uses; "off" skips the filter
     references: dict[str, str] = field(default_factory=dict)  # name -> source of the decontamination set
@@ -59,6 +61,7 @@ class Pipeline:
         self.on_result = on_result or (lambda row: None)
         self._lock = threading.Lock()
         (out / "tasks").mkdir(parents=True, exist_ok=True)
+        (out / ".locks").mkdir(exist_ok=True)  # one per device: checks share it, timings have it alone
         self._refs: dict[str, Fingerprint] = {}
         for name, source in config.references.items():
             try:
@@ -130,6 +133,7 @@ class Pipeline:
         with tempfile.TemporaryDirectory(prefix="cudagent-data-") as tmp:
             result_file = os.path.join(tmp, "result.json")
             env = dict(os.environ, PYTHONWARNINGS="ignore", TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"))
+            env["CUDAGENT_DEVICE_LOCK"] = str(self.out / ".locks" / f"{slot or 'cpu'}.lock")
             if slot is not None:
                 env["CUDA_VISIBLE_DEVICES"] = slot
             argv = [

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cudagent.data.compose import compose, seed_task
+from cudagent.data.compose import compose, distinct, seed_task
 from cudagent.data.filters import static_reason
 from cudagent.data.ops import OPS
 from cudagent.data.pipeline import FilterConfig, Pipeline
@@ -41,6 +41,8 @@ def test_the_composer_is_reproducible_and_chains_only_fitting_ops():
     assert {len(c.ops) for c in first} >= {1, 2, 3, 4, 5}
     assert all(static_reason(c.source) is None for c in first)
     assert compose(7, "gpu").input_shape != compose(7, "cpu").input_shape
+    chains = distinct(0, 200)
+    assert len({tuple(c.ops) for c in chains}) == 200 and distinct(0, 200) == chains
 
 
 PLANTED = {
@@ -79,15 +81,14 @@ def _near_copy(source: str) -> str:
 def test_filters_keep_a_plausible_share_and_drop_each_planted_task_for_its_reason(tmp_path):
     folder = tmp_path / "tasks"
     folder.mkdir()
-    for seed in range(50):
-        c = compose(seed)
+    for c in distinct(0, 50):
         (folder / f"{c.name}.py").write_text(c.source)
     for name, line in PLANTED.items():
         (folder / f"{name}.py").write_text(_planted(name, line))
     (folder / "syntax_error.py").write_text("import torch\nclass Model(:\n")
     softmax = (EXAMPLES / "softmax.py").read_text()
     (folder / "near_copy_softmax.py").write_text(_near_copy(softmax))
-    first = compose(0)
+    first = distinct(0, 1)[0]
     other_sizes = ", ".join("7" for _ in first.input_shape)  # same ops, other sizes: a duplicate all the same
     (folder / "zz_duplicate_of_first.py").write_text(first.source.replace(repr(first.input_shape)[1:-1], other_sizes))
     refs = {p.stem: p.read_text() for p in EXAMPLES.glob("*.py")}
@@ -265,3 +266,22 @@ def test_a_weak_real_model_does_not_break_the_pipeline(tmp_path, llama_server): 
         config = FilterConfig(runtime_ms=(0.0, 1e6), compile_backend="aot_eager", timeout_s=60)
         result = Pipeline(config, tmp_path / "out").run(files)
         assert all(r.get("dropped_by") is None or r["why"] for r in result)
+
+
+def test_a_users_model_gives_a_seed_per_leaf_module_and_transformers_blocks_are_seeds(tmp_path):
+    from cudagent.data.seeds import from_module, transformers_seeds
+
+    seeds, skipped = from_module(Path(__file__).parent / "user_model.py")
+    names = sorted(s.name for s in seeds)
+    assert names == [f"user_model_{n}" for n in ("conv1d", "embedding", "gelu", "layernorm", "linear", "linear_2")]
+    assert skipped == []
+    by_name = {s.name: s.source for s in seeds}
+    assert "nn.GELU(approximate='tanh')" in by_name["user_model_gelu"]  # the arguments the model used
+    assert "torch.randn(4, 64, 256)" in by_name["user_model_layernorm"]  # the shape it saw
+    assert "dtype=torch.int64" in by_name["user_model_embedding"]
+    for seed in seeds + transformers_seeds():
+        path = tmp_path / f"{seed.name}.py"
+        path.write_text(seed.source)
+        assert static_reason(seed.source) is None, seed.name
+        validate_task(load_task(path), "cpu")
+    assert len(transformers_seeds()) == 5
