@@ -233,8 +233,8 @@ class BenchProgress:
     """Finished tasks as lines, and (on a terminal) a bar with the count done, left and the time to go, on
     stderr; without a terminal, just the lines."""
 
-    def __init__(self, total: int, enabled: bool):
-        self.total, self.enabled = total, enabled
+    def __init__(self, total: int, enabled: bool, label: str = "bench"):
+        self.total, self.enabled, self.label = total, enabled, label
         self._progress = None
 
     def __enter__(self) -> BenchProgress:
@@ -243,7 +243,7 @@ class BenchProgress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
             self._progress = Progress(
-                TextColumn("bench"),
+                TextColumn(self.label),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TextColumn("tasks, time left"),

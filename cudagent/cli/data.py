@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import typer
@@ -159,7 +160,8 @@ def filter_tasks(
     """Run every filter on a folder of tasks; keep those that pass in OUT/tasks/ (a folder `cudagent bench` runs)
     and write a report of what each filter dropped and why."""
     from cudagent.bench.tasks import discover
-    from cudagent.data.pipeline import FilterConfig, Pipeline
+    from cudagent.cli.bench import BenchProgress
+    from cudagent.data.pipeline import FilterConfig, Pipeline, done_rows
     from cudagent.data.report import build_report, write_report
     from cudagent.hardware import resolve_device
 
@@ -194,15 +196,19 @@ def filter_tasks(
         resume=resume,
     )
 
+    pending = len(files) - (len(done_rows(out)) if resume else 0)
+    progress = BenchProgress(max(0, pending), enabled=not as_json and sys.stderr.isatty(), label="filter")
+
     def show(row: dict) -> None:
         if as_json:
             typer.echo(json.dumps({"event": "task", **row}, default=str))
-        else:
-            status = f"dropped by {row['dropped_by']}: {row['why']}" if row.get("dropped_by") else "kept"
-            runtime = f" ({row['runtime_ms']:.3g} ms)" if row.get("runtime_ms") else ""
-            typer.echo(f"{row['name']}: {status}{runtime}", err=True)
+        status = f"dropped by {row['dropped_by']}: {row['why']}" if row.get("dropped_by") else "kept"
+        runtime = f" ({row['runtime_ms']:.3g} ms)" if row.get("runtime_ms") else ""
+        if not as_json:
+            progress.done(f"{row['name']}: {status}{runtime}")
 
-    rows = Pipeline(config, out, show).run(files)
+    with progress:
+        rows = Pipeline(config, out, show).run(files)
     meta = {
         "source": str(tasks_dir),
         "device": dev.name,
