@@ -28,6 +28,7 @@ from tests.agent.fakes import ScriptedPolicy, call, episode
 from tests.agent.script_server import ScriptedServer, from_list
 from tests.serve.service_proc import TOKEN, ServiceProcess
 
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
 
@@ -314,3 +315,38 @@ def test_the_first_start_makes_a_token_for_the_user_only_and_says_so(tmp_path):
     assert load_or_create_token(None, default) == (token, None)  # later starts reuse it and print nothing
     assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3")
+
+
+def test_a_vanished_clients_session_is_removed_after_the_idle_expiry(tmp_path):
+    with ServiceProcess(tmp_path / "svc", "--idle-expiry", "1") as svc:
+        port = EvaluatorPool([svc.url], TOKEN).port(Task("axpby_small", TASK, None))
+        asyncio.run(port.open())  # and never closed: the client vanished
+        (session_dir,) = glob.glob(f"/tmp/cudagent-serve-*/cpu-scratch/{port.session}")
+        assert svc.get("/v1/info")[1]["workers"][0]["sessions"] == 1
+        deadline = time.monotonic() + 30
+        while Path(session_dir).exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not Path(session_dir).exists()
+        time.sleep(7)  # the front forgets the route a little after the worker
+        assert svc.get("/v1/info")[1]["workers"][0]["sessions"] == 0
+        assert "expired after 1 s idle" in svc.log.read_text()
+
+
+def test_bench_scores_solutions_on_the_service(tmp_path, service):
+    tasks, solutions = tmp_path / "tasks", tmp_path / "solutions"
+    tasks.mkdir()
+    solutions.mkdir()
+    for name in ("axpby", "softmax"):
+        shutil.copy(ROOT / "examples" / "tasks" / f"{name}.py", tasks / f"{name}.py")
+    (solutions / "axpby.py").write_text("import torch\nclass ModelNew(:\n")  # judged there: rejected at once
+    env = remote_env(tmp_path / "home", None)
+    argv = ["bench", str(tasks), "--solutions", str(solutions), "--evaluator", service.url, "--json"]
+    proc = cudagent([*argv, "--out", str(tmp_path / "out")], env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {e["name"]: e for e in events(proc.stdout) if e["event"] == "task"}
+    assert rows["softmax"]["skipped"] and not rows["axpby"]["correct"]
+    assert rows["axpby"]["evaluator"] == [service.url] and "SYNTAX_ERROR" in json.dumps(rows["axpby"]["violations"])
+    summary_event = events(proc.stdout)[-1]
+    assert summary_event["event"] == "summary" and summary_event["gpus"].endswith(f"at once on {service.url}")
+    proc = cudagent([*argv, "--out", str(tmp_path / "out2"), "--gpus", "0"], env)
+    assert proc.returncode == 2 and "--gpus is for this machine" in proc.stderr
