@@ -65,15 +65,15 @@ class LivePanel:
             self.state.update(
                 turn=e["turn"], tokens=e["tokens"], elapsed_s=e["elapsed_s"], best=e["best"], last=e["summary"]
             )
-            self.console.print(_line(e), highlight=False)
+            self.console.print(_line(e), highlight=False, markup=False)
         elif kind == "end":
             self.close()
-            self.console.print(_line(e), highlight=False)
+            self.console.print(_line(e), highlight=False, markup=False)
             return
         elif kind in ("improvement", "notice", "final_evaluation"):
             line = _line(e)
             if line:
-                self.console.print(line, highlight=False)
+                self.console.print(line, highlight=False, markup=False)
         self.live.update(self._panel())
 
     def _panel(self):

@@ -259,7 +259,7 @@ class BenchProgress:
     def done(self, line: str, counts: bool = True) -> None:
         """A finished task's line; `counts`: it was run (a skipped task is not, and would skew the time left)."""
         if self._progress is not None:
-            self._progress.console.print(line, highlight=False, soft_wrap=True)
+            self._progress.console.print(line, highlight=False, soft_wrap=True, markup=False)
             if counts:
                 self._progress.advance(self._task)
         else:
