@@ -115,7 +115,7 @@ def test_unreachable_server_is_an_error_with_the_url():
     )
     with pytest.raises(PolicyError) as info:
         p.prepare()
-    assert "127.0.0.1:9" in info.value.message and "server up" in info.value.message
+    assert "127.0.0.1:9" in info.value.message and "nothing is listening" in info.value.message
 
 
 @pytest.mark.parametrize(
