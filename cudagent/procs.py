@@ -307,3 +307,27 @@ def run_bounded(
         killed_for=watchdog.tripped,
         limit_message=watchdog.message(),
     )
+
+
+def run_in_slots(items: list, slots: list, work) -> None:
+    """`work(slot, item)` for every item, one thread per slot (a GPU, a CPU worker), each taking the next item as
+    soon as it is free; returns when all are done."""
+    import queue
+
+    jobs: queue.Queue = queue.Queue()
+    for item in items:
+        jobs.put(item)
+
+    def serve(slot) -> None:
+        while True:
+            try:
+                item = jobs.get_nowait()
+            except queue.Empty:
+                return
+            work(slot, item)
+
+    threads = [threading.Thread(target=serve, args=(slot,), daemon=True) for slot in slots]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()

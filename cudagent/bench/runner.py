@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import sys
 import tempfile
 import threading
@@ -17,7 +16,7 @@ from pathlib import Path
 
 from cudagent.bench.tasks import BenchTask, solution_for
 from cudagent.errors import EnvironmentProblem
-from cudagent.procs import run_bounded
+from cudagent.procs import run_bounded, run_in_slots
 
 RESULTS = "results.jsonl"
 
@@ -101,22 +100,10 @@ class Bench:
     # ----- local: one thread per slot ---------------------------------------------------------------------------
 
     def _run_local(self, tasks: list[BenchTask]) -> None:
-        jobs: queue.Queue = queue.Queue()
-        for t in tasks:
-            jobs.put(t)
-        threads = [threading.Thread(target=self._serve, args=(slot, jobs), daemon=True) for slot in self.config.slots]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
+        run_in_slots(tasks, self.config.slots, self._run_one)
 
-    def _serve(self, slot: str | None, jobs: queue.Queue) -> None:
-        while True:
-            try:
-                task = jobs.get_nowait()
-            except queue.Empty:
-                return
-            self._record(task, slot, run_worker(self._argv(task), slot, self.config.timeout_s))
+    def _run_one(self, slot: str | None, task: BenchTask) -> None:
+        self._record(task, slot, run_worker(self._argv(task), slot, self.config.timeout_s))
 
     def _argv(self, task: BenchTask) -> list[str]:
         argv = ["--task", str(task.path), "--device", self.config.device]

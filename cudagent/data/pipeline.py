@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import queue
 import shutil
 import sys
 import tempfile
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from cudagent.data.filters import similarity_reason, static_reason
 from cudagent.data.similarity import Fingerprint, fingerprint, most_similar
-from cudagent.procs import Limits, physical_memory_bytes, run_bounded
+from cudagent.procs import Limits, physical_memory_bytes, run_bounded, run_in_slots
 
 RESULTS = "filter.jsonl"
 
@@ -77,7 +76,7 @@ class Pipeline:
             shutil.rmtree(self.out / "tasks", ignore_errors=True)
             (self.out / "tasks").mkdir(parents=True)
         seen: dict[str, str] = {r["digest"]: r["name"] for r in done.values() if r.get("digest")}
-        to_run: list[tuple[str, Path, str, dict]] = []
+        to_run: list[tuple[Path, dict]] = []
         for path in files:
             source = path.read_text(errors="replace")
             key = task_key(path, source)
@@ -100,33 +99,21 @@ class Pipeline:
             if why:
                 self._record({**row, "dropped_by": "similarity", "why": why})
                 continue
-            to_run.append((key, path, source, row))
+            to_run.append((path, row))
         self._run_workers(to_run)
         return list(done_rows(self.out).values())
 
     # ----- the running filters, one worker thread per slot --------------------------------------------------------
 
     def _run_workers(self, items: list) -> None:
-        jobs: queue.Queue = queue.Queue()
-        for item in items:
-            jobs.put(item)
-        threads = [threading.Thread(target=self._serve, args=(slot, jobs), daemon=True) for slot in self.config.slots]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_in_slots(items, self.config.slots, self._run_one)
 
-    def _serve(self, slot: str | None, jobs: queue.Queue) -> None:
-        while True:
-            try:
-                key, path, source, row = jobs.get_nowait()
-            except queue.Empty:
-                return
-            result = self._check(path, slot)
-            row = {**row, **result}
-            if row.get("dropped_by") is None:
-                shutil.copyfile(path, self.out / "tasks" / f"{path.stem}.py")
-            self._record(row)
+    def _run_one(self, slot: str | None, item: tuple) -> None:
+        path, row = item
+        row = {**row, **self._check(path, slot)}
+        if row.get("dropped_by") is None:
+            shutil.copyfile(path, self.out / "tasks" / f"{path.stem}.py")
+        self._record(row)
 
     def _check(self, path: Path, slot: str | None) -> dict:
         c = self.config

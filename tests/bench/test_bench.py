@@ -74,6 +74,7 @@ def test_bench_over_cpu_solutions_reports_per_level(kernelbench, tmp_path):
             "--out",
             str(out),
             "--json",
+            "--missing-as-failed",  # the task without a solution still meets the null candidates (and fails)
         ],
         env,
     )
@@ -93,7 +94,7 @@ def test_bench_over_cpu_solutions_reports_per_level(kernelbench, tmp_path):
     assert wrong["tier"] == -1 and any(v["code"] == "OUTPUT_MISMATCH" for v in wrong["violations"])
     assert "torch" in report and report["sizes"].endswith(report["sizes"].split("sha256 ")[-1])
     md = (out / "report.md").read_text()
-    assert "| level 1 | 2 | 1 | 50% |" in md and "degenerate (zeros" in md
+    assert "| level 1 | 2 | 0 | 1 | 50% |" in md and "degenerate (zeros" in md  # tasks, skipped, correct
     png = (out / "speedups.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24])[0] == 720
     # --resume keeps what is done and runs nothing again
@@ -165,6 +166,7 @@ def test_bench_on_a_local_ray_instance(kernelbench, tmp_path):
             "--json",
             "--ray",
             "local",
+            "--missing-as-failed",
         ],
         cli_env(tmp_path / "home", None),
     )
