@@ -6,6 +6,9 @@ the trajectory's header. Then a driver steps the episode (the chat driver for a 
 a token-level backend) and the recorders keep the branch, the trajectory and the live UI. A resumed run reads the
 trajectory, resets the branch to the last recorded head (a turn cut off by a crash left nothing behind) and goes
 on with the same model server, unless told otherwise.
+
+It stays one module (a little over 400 lines): new and resumed runs share their set-up step by step, and a
+split would put the two halves of each step in different files.
 """
 
 from __future__ import annotations

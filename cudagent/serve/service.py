@@ -12,6 +12,9 @@ restarts the workers; it never builds or runs anything itself, and never runs a 
     DELETE /v1/sessions/{id}
 
 Refusals are `{"error": {"code", "message"}}` with an HTTP status; 503 answers carry Retry-After.
+
+It stays one module (a little over 400 lines): the front's handlers, its worker handles and the middlewares
+share the routing table and the limits; the workers live in worker.py, the wire format in wire.py.
 """
 
 from __future__ import annotations
