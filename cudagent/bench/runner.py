@@ -17,6 +17,7 @@ from pathlib import Path
 from cudagent.bench.tasks import BenchTask, solution_for
 from cudagent.errors import EnvironmentProblem
 from cudagent.procs import run_bounded, run_in_slots
+from cudagent.resultlog import append_row, read_rows
 
 RESULTS = "results.jsonl"
 
@@ -36,29 +37,11 @@ class BenchConfig:
 
 
 def done_keys(out_dir: Path) -> set[str]:
-    path = out_dir / RESULTS
-    if not path.is_file():
-        return set()
-    keys = set()
-    for line in path.read_text().splitlines():
-        try:
-            keys.add(json.loads(line)["key"])
-        except (json.JSONDecodeError, KeyError):
-            continue  # a line cut short by a kill
-    return keys
+    return set(read_rows(out_dir / RESULTS))
 
 
 def load_results(out_dir: Path) -> list[dict]:
-    rows = {}
-    path = out_dir / RESULTS
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            rows[row["key"]] = row
-    return list(rows.values())
+    return list(read_rows(out_dir / RESULTS).values())
 
 
 class Bench:
@@ -119,12 +102,8 @@ class Bench:
 
     def _record(self, task: BenchTask, slot: str | None, result: dict) -> None:
         row = {"key": task.key, "name": task.name, "level": task.level, "gpu": slot, **result}
-        line = json.dumps(row, default=str) + "\n"
         with self._lock:
-            with open(self.config.out_dir / RESULTS, "a") as f:
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
+            append_row(self.config.out_dir / RESULTS, row)
             self.on_result(row)
 
     # ----- Ray: the same worker, one task per GPU (or CPU) ---------------------------------------------------

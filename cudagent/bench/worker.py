@@ -15,6 +15,8 @@ import time
 import traceback
 from pathlib import Path
 
+from cudagent.resultlog import write_json_atomic
+
 
 def run(args) -> dict:
     from cudagent.evaluator.evaluator import EvalOptions, Evaluator
@@ -151,9 +153,7 @@ def main() -> None:
             "trace": traceback.format_exc()[-3000:],
         }
     result["wall_s"] = round(time.monotonic() - start, 2)
-    tmp = Path(args.result + ".tmp")
-    tmp.write_text(json.dumps(result, default=str))
-    os.replace(tmp, args.result)
+    write_json_atomic(args.result, result)
 
 
 if __name__ == "__main__":

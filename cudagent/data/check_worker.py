@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import json
 import os
 import statistics
 import time
 import traceback
 from pathlib import Path
+
+from cudagent.resultlog import write_json_atomic
 
 RUNTIME_CALLS = 7
 
@@ -115,9 +116,7 @@ def main() -> None:
         result = check(args)
     except Exception as exc:  # noqa: BLE001  (a task that breaks the checker is dropped with what happened)
         result = {"dropped_by": "runs", "why": f"{type(exc).__name__}: {exc}"[:500], "trace": traceback.format_exc()}
-    tmp = Path(args.result + ".tmp")
-    tmp.write_text(json.dumps(result, default=str))
-    os.replace(tmp, args.result)
+    write_json_atomic(args.result, result)
 
 
 if __name__ == "__main__":

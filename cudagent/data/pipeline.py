@@ -19,6 +19,7 @@ from pathlib import Path
 from cudagent.data.filters import similarity_reason, static_reason
 from cudagent.data.similarity import Fingerprint, fingerprint, most_similar
 from cudagent.procs import Limits, physical_memory_bytes, run_bounded, run_in_slots
+from cudagent.resultlog import append_row, read_rows
 
 RESULTS = "filter.jsonl"
 
@@ -42,16 +43,7 @@ def task_key(path: Path, source: str) -> str:
 
 
 def done_rows(out: Path) -> dict[str, dict]:
-    rows = {}
-    path = out / RESULTS
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short by a kill
-            rows[row["key"]] = row
-    return rows
+    return read_rows(out / RESULTS)
 
 
 class Pipeline:
@@ -142,10 +134,6 @@ class Pipeline:
         return {"dropped_by": "runs", "why": f"its checker died (exit status {proc.returncode}): {tail[0][:200]}"}
 
     def _record(self, row: dict) -> None:
-        line = json.dumps(row, default=str) + "\n"
         with self._lock:
-            with open(self.out / RESULTS, "a") as f:
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
+            append_row(self.out / RESULTS, row)
             self.on_result(row)
