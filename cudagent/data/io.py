@@ -102,8 +102,9 @@ def import_folder(source: Path, out: Path, levels: list[str] | None = None) -> i
 
 
 def verl_rows(tasks: list[Path], data_source: str, env: dict, device_kind: str, workspace: str) -> list[dict]:
-    """verl's training rows: the chat prompt optimize would open with, the agent loop's name, the task in
-    extra_info (the loop builds its episode from it)."""
+    """verl's training rows: the chat prompt optimize would open with in token mode, the agent loop's name, the task
+    in extra_info. The loop (cudagent.train) builds its episode from extra_info and renders the opening itself, with
+    the evaluator's baselines of the device it runs on; `prompt` is what verl's dataset reads (its length filter)."""
     from cudagent.agent.episode import EpisodeLimits, TaskInfo, opening_messages
     from cudagent.agent.prompting import Prompts, load_skills
 
@@ -111,7 +112,8 @@ def verl_rows(tasks: list[Path], data_source: str, env: dict, device_kind: str, 
     rows = []
     for i, path in enumerate(tasks):
         source = path.read_text()
-        messages = opening_messages(prompts, TaskInfo(path.stem, source), env, skills, limits, "tools", workspace)
+        # the text action format: training steps episodes with the token driver, which parses actions from the text
+        messages = opening_messages(prompts, TaskInfo(path.stem, source), env, skills, limits, "text", workspace)
         rows.append(
             {
                 "data_source": data_source,

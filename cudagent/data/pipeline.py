@@ -13,6 +13,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,7 +103,9 @@ class Pipeline:
 
     def _run_one(self, slot: str | None, item: tuple) -> None:
         path, row = item
+        started = time.monotonic()
         row = {**row, **self._check(path, slot)}
+        row["check_s"] = round(time.monotonic() - started, 2)  # the worker's wall time: the filter's throughput
         if row.get("dropped_by") is None:
             shutil.copyfile(path, self.out / "tasks" / f"{path.stem}.py")
         self._record(row)
@@ -111,7 +114,12 @@ class Pipeline:
         c = self.config
         with tempfile.TemporaryDirectory(prefix="cudagent-data-") as tmp:
             result_file = os.path.join(tmp, "result.json")
-            env = dict(os.environ, PYTHONWARNINGS="ignore", TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"))
+            # inductor's cache is keyed by the code it generates, so the run's workers share one (a chain's kernels
+            # compiled for one task serve the next task that fuses the same ops at the same sizes)
+            env = dict(os.environ, PYTHONWARNINGS="ignore", TORCHINDUCTOR_CACHE_DIR=str(self.out / ".inductor"))
+            # one compile thread: a task fuses into a few kernels, and a pool of compile processes per worker
+            # (inductor's default) multiplies processes by workers on cores the workers already share
+            env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
             env["CUDAGENT_DEVICE_LOCK"] = str(self.out / ".locks" / f"{slot or 'cpu'}.lock")
             if slot is not None:
                 env["CUDA_VISIBLE_DEVICES"] = slot

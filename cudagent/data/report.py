@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections import Counter
 from pathlib import Path
 
@@ -35,7 +36,23 @@ def build_report(rows: list[dict], meta: dict) -> dict:
         "examples": examples,
         "runtime_ms_histogram": dict(sorted(runtimes.items(), key=lambda kv: float(kv[0].split("-")[0]))),
         "similarity_histogram": dict(sorted(similarities.items())),
+        "worker_seconds": worker_seconds(rows),
     }
+
+
+def worker_seconds(rows: list[dict]) -> dict:
+    """Seconds a worker spent on one task, by how the task ended (a worker process per task: start-up included)."""
+    by_end: dict[str, list[float]] = {}
+    for r in rows:
+        if r.get("check_s") is not None:
+            by_end.setdefault(r.get("dropped_by") or "kept", []).append(r["check_s"])
+    every = [s for times in by_end.values() for s in times]
+    if not every:
+        return {}
+    summary = {end: {"tasks": len(t), "median_s": round(statistics.median(t), 2)} for end, t in sorted(by_end.items())}
+    summary["all"] = {"tasks": len(every), "median_s": round(statistics.median(every), 2),
+                      "mean_s": round(statistics.fmean(every), 2)}  # fmt: skip
+    return summary
 
 
 def _decade(ms: float) -> str:
@@ -65,5 +82,9 @@ def write_report(report: dict, out: Path) -> dict[str, Path]:
     lines += [f"- {k}: {v}" for k, v in report["runtime_ms_histogram"].items()] or ["- (none)"]
     lines += ["", "Highest similarity to a reference task, every task that got that far: number of tasks", ""]
     lines += [f"- {k}: {v}" for k, v in report["similarity_histogram"].items()] or ["- (no reference set)"]
+    if report.get("worker_seconds"):
+        lines += ["", "Seconds per task per worker (process start, checks and timing), by outcome:", ""]
+        seconds = report["worker_seconds"].items()
+        lines += [f"- {end}: {v['tasks']} tasks, median {v['median_s']} s" for end, v in seconds]
     paths["markdown"].write_text("\n".join(lines) + "\n")
     return paths

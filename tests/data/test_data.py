@@ -118,6 +118,42 @@ def test_filters_keep_a_plausible_share_and_drop_each_planted_task_for_its_reaso
     assert rows["near_copy_softmax"]["similarity"]["closest"] == "softmax"
 
 
+def _running_out_of_memory(marker: Path | None) -> str:
+    """A task whose forward raises torch's out-of-memory error: the first time only (when `marker` names a file that
+    records it), or always."""
+    once = f"if os.path.exists({str(marker)!r}):\n            return x * 2\n        open({str(marker)!r}, 'w').close()"
+    return f"""import os
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        {once if marker else ""}
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+def get_inputs():
+    return [torch.randn(64, 256)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_out_of_memory_beside_other_workers_is_tried_again_alone(tmp_path):
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    (folder / "crowded_out.py").write_text(_running_out_of_memory(tmp_path / "ran-out-once"))
+    (folder / "too_big.py").write_text(_running_out_of_memory(None))
+    config = FilterConfig(slots=[None, None], compile_backend="off", timeout_s=60)
+    rows = {r["name"]: r for r in Pipeline(config, tmp_path / "out").run(sorted(folder.glob("*.py")))}
+    assert (tmp_path / "ran-out-once").exists()  # the first attempt did run out
+    assert rows["crowded_out"]["dropped_by"] is None, rows["crowded_out"]
+    assert rows["too_big"]["dropped_by"] == "runs"
+    assert rows["too_big"]["why"].startswith("needs more device memory than the device has, alone on it")
+
+
 def test_similarity_sees_through_renames_and_sizes_but_not_different_ops():
     softmax, layernorm = (EXAMPLES / "softmax.py").read_text(), (EXAMPLES / "layernorm.py").read_text()
     assert similarity(fingerprint(softmax), fingerprint(_near_copy(softmax))) >= 0.9
@@ -215,7 +251,7 @@ def test_import_finds_the_code_column_and_export_writes_what_optimize_would_send
             Toolbox(ws, source, None),
             None,
             EpisodeLimits(),
-            action_format="tools",  # a server with native tool calls, as training's
+            action_format="text",  # the token driver's, as training's
             env=env,
             skills=load_skills("cpu"),
             prompts=Prompts(),
