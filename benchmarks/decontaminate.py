@@ -1,6 +1,7 @@
 """Benchmark: decontamination of a 6,000-task set against KernelBench's 250 (levels 1-3), on the CPU.
 
-The set is 6,000 tasks from the programmatic composer (6,000 different chains from seed 0, GPU sizes), as files; the step timed is
+The set is 6,000 tasks from the programmatic composer (6,000 different chains from seed 0, GPU sizes), as files; the
+step timed is
 the pipeline's screening as `cudagent data filter` runs it (read, static checks, normalized-AST fingerprints,
 duplicates, similarity to every reference), with no running filters. Target: under 2 minutes on 2 CPU cores.
 

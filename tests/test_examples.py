@@ -1,7 +1,8 @@
 """The examples: enough tasks, a CUDA solution for each, C++ solutions for several, all accepted on the CPU."""
 
 import pytest
-from examples_support import SOLUTIONS, TASKS, judge, solutions
+
+from tests.examples_support import SOLUTIONS, TASKS, judge, solutions
 
 CPU_SOLUTIONS = solutions("cpu")
 

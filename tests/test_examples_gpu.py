@@ -1,7 +1,8 @@
 """Every example's CUDA solution is accepted on the GPU, its own kernels seen running on the caller's stream."""
 
 import pytest
-from examples_support import judge, solutions
+
+from tests.examples_support import judge, solutions
 
 CUDA_SOLUTIONS = solutions("cuda")
 

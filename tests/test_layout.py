@@ -4,6 +4,8 @@ and the core never imports the training engine."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "cudagent"
@@ -44,12 +46,20 @@ def test_no_import_cycles():
             visit(m, [m])
 
 
-def test_the_core_never_imports_verl():
-    for path in ROOT.rglob("*.py"):
-        if "train" in path.relative_to(ROOT).parts:
+def test_only_the_verl_adapter_imports_verl():
+    """verl pulls Ray and pins transformers: inside cudagent only cudagent/train/agent_loop.py may import it (the
+    tests of the training stage may too), and importing the CLI or the rest of cudagent.train must not load it."""
+    allowed = {ROOT / "train" / "agent_loop.py"}
+    assert all(p.is_file() for p in allowed)
+    for path in [*ROOT.rglob("*.py"), *(ROOT.parent / "benchmarks").rglob("*.py")]:
+        if path in allowed:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom):
                 names = [node.module or ""]
             assert not any(n.split(".")[0] == "verl" for n in names), path
+    probe = "import sys, cudagent.cli, cudagent.train.command, cudagent.train.rft, cudagent.train.rollout; "
+    probe += "print([m for m in sys.modules if m.split('.')[0] in ('verl', 'ray')])"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT.parent)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -19,10 +19,11 @@ import cudagent.cli.doctor as _doctor
 import cudagent.cli.optimize as _optimize
 import cudagent.cli.review as _review
 import cudagent.cli.serve as _serve
+import cudagent.cli.train as _train
 from cudagent.cli.app import app
 from cudagent.errors import CudagentError, ExitCode
 
-del _check, _data, _doctor, _optimize, _review, _bench, _serve
+del _check, _data, _doctor, _optimize, _review, _bench, _serve, _train
 
 
 def main() -> None:

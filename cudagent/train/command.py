@@ -1,0 +1,181 @@
+"""What `cudagent train` runs: the verl command line of a stage, the checks made before launching it, and the run
+directory it writes (metrics.jsonl through verl's file logger, command.json).
+
+    warmup, critic, agentic   python -m verl.trainer.main_ppo --config-path cudagent/train/config --config-name STAGE
+    rft                       torchrun --standalone --nproc_per_node N -m verl.trainer.sft_trainer ... rft
+
+then the data, the model, the evaluator URLs and the agent-loop registry as overrides, `smoke.yaml`'s values with
+`--smoke`, and the user's `-o key=value` last (they win). With `--ray-address` the same command goes through
+`ray job submit`. Nothing here imports verl.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cudagent.errors import CudagentError, EnvironmentProblem
+
+STAGES = ("warmup", "rft", "critic", "agentic")
+CONFIG_DIR = Path(__file__).resolve().parent / "config"
+AGENT_LOOPS = Path(__file__).resolve().parent / "agent_loops.yaml"
+RL_COLUMNS = ("prompt", "agent_name", "extra_info")
+RFT_FIELDS = ("prompt_ids", "response_ids", "response_mask")
+SECRET_ENV = ("CUDAGENT_EVALUATOR_TOKEN",)
+
+
+@dataclass
+class TrainRequest:
+    stage: str
+    data: Path
+    model: str
+    out: Path
+    evaluator_urls: list[str] = field(default_factory=list)
+    overrides: list[str] = field(default_factory=list)
+    smoke: bool = False
+    ray_address: str | None = None
+    gpus: int = 8  # per node; rft's torchrun processes
+    resume_from: Path | None = None
+
+    def __post_init__(self):
+        if self.stage not in STAGES:
+            raise CudagentError(f"unknown stage {self.stage!r}; use one of {', '.join(STAGES)}")
+        for o in self.overrides:
+            if "=" not in o or o.startswith("="):
+                raise CudagentError(f"-o {o!r} is not key=value (e.g. -o trainer.total_training_steps=10)")
+
+
+def smoke_overrides() -> list[str]:
+    """smoke.yaml as key=value overrides (it layers over any stage)."""
+    import yaml
+
+    def flat(prefix: str, node) -> list[str]:
+        if isinstance(node, dict):
+            return [o for k, v in node.items() for o in flat(f"{prefix}{k}.", v)]
+        return [f"{prefix[:-1]}={json.dumps(node) if isinstance(node, (list, bool)) or node is None else node}"]
+
+    return flat("", yaml.safe_load((CONFIG_DIR / "smoke.yaml").read_text()) or {})
+
+
+def stage_overrides(req: TrainRequest) -> list[str]:
+    """The overrides cudagent adds for the stage, before the user's."""
+    data = str(Path(req.data).resolve())
+    checkpoints = str((req.out / "checkpoints").resolve())
+    if req.stage == "rft":
+        extra = [f"data.train_files={data}", f"model.path={req.model}", f"trainer.default_local_dir={checkpoints}"]
+    else:
+        urls = ",".join(json.dumps(u) for u in req.evaluator_urls)
+        extra = [
+            f"data.train_files={data}",
+            f"actor_rollout_ref.model.path={req.model}",
+            f"critic.model.path={req.model}",
+            f"cudagent.evaluator_urls=[{urls}]",
+            f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOPS}",
+            f"trainer.default_local_dir={checkpoints}",
+            f"trainer.n_gpus_per_node={req.gpus}",
+        ]
+        if req.resume_from is not None:
+            extra += ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={Path(req.resume_from).resolve()}"]
+    if req.smoke:
+        rft_keys = ("trainer.total_training_steps", "trainer.save_freq", "data.train_batch_size")  # the SFT config's
+        extra += [o for o in smoke_overrides() if req.stage != "rft" or o.startswith(rft_keys)]
+    return extra
+
+
+def command(req: TrainRequest) -> list[str]:
+    """The argv that runs the stage (through `ray job submit` with a Ray address)."""
+    config = ["--config-path", str(CONFIG_DIR), "--config-name", req.stage]
+    if req.stage == "rft":
+        argv = ["torchrun", "--standalone", f"--nproc_per_node={req.gpus}", "-m", "verl.trainer.sft_trainer", *config]
+    else:
+        argv = [sys.executable if not req.ray_address else "python", "-m", "verl.trainer.main_ppo", *config]
+    argv += stage_overrides(req) + list(req.overrides)
+    if req.ray_address:
+        runtime = {"env_vars": {"VERL_FILE_LOGGER_PATH": str((req.out / "metrics.jsonl").resolve())}}
+        argv = ["ray", "job", "submit", "--address", req.ray_address, "--runtime-env-json", json.dumps(runtime),
+                "--", *argv]  # fmt: skip
+    return argv
+
+
+def environment(req: TrainRequest, environ: dict) -> dict:
+    """The environment the stage runs with: verl's file logger writes the run's metrics.jsonl."""
+    return {**environ, "VERL_FILE_LOGGER_PATH": str((req.out / "metrics.jsonl").resolve())}
+
+
+def printable(argv: list[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+# ----- checks before launching ----------------------------------------------------------------------------------------
+
+
+def preflight(req: TrainRequest, environ: dict, *, check_verl: bool = True) -> None:
+    """Everything checkable here, each failure one sentence (CudagentError: exit 2; EnvironmentProblem: exit 3)."""
+    check_data(req)
+    if not Path(req.model).expanduser().exists():
+        raise CudagentError(f"--model {req.model}: no such directory; give a local Hugging Face model directory")
+    if req.stage != "rft":
+        check_evaluator(req, environ)
+    if check_verl and importlib.util.find_spec("verl") is None:
+        raise EnvironmentProblem('verl is not installed here; pip install "cudagent[train]" (verl==0.9.1)')
+
+
+def check_data(req: TrainRequest) -> None:
+    path = Path(req.data).expanduser()
+    if not path.is_file():
+        raise CudagentError(f"--data {req.data}: no such file")
+    if req.stage == "rft":
+        from cudagent.train.rft import read_episodes
+
+        try:
+            rows = read_episodes(path)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise CudagentError(f"--data {req.data} is not JSON lines of episodes ({exc})") from None
+        missing = sorted({f for r in rows[:50] for f in RFT_FIELDS if f not in r})
+        if not rows or missing:
+            raise CudagentError(
+                f"--data {req.data} has no episodes with {', '.join(RFT_FIELDS)}"
+                + (f" (missing {', '.join(missing)})" if missing else "")
+                + "; make it with cudagent train rft-collect"
+            )
+        return
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise EnvironmentProblem('reading --data needs pyarrow: pip install "cudagent[train]"') from None
+    try:
+        columns = pq.read_schema(path).names
+    except Exception as exc:  # noqa: BLE001  (pyarrow raises several kinds for a file that is not parquet)
+        raise CudagentError(f"--data {req.data} is not a parquet file ({type(exc).__name__})") from None
+    missing = [c for c in RL_COLUMNS if c not in columns]
+    if missing:
+        raise CudagentError(
+            f"--data {req.data} lacks the column(s) {', '.join(missing)} (it has {', '.join(columns)}); "
+            "make it with cudagent data export --format verl"
+        )
+
+
+def check_evaluator(req: TrainRequest, environ: dict) -> None:
+    import asyncio
+
+    from cudagent.serve.client import EvaluatorPool
+
+    if not req.evaluator_urls:
+        raise CudagentError("give --evaluator URL (a cudagent serve host); rollouts are scored there")
+    pool = EvaluatorPool.from_env(req.evaluator_urls, environ=environ)
+    for url in pool.urls:
+        asyncio.run(pool.info(url))  # a refused connection or a wrong token: one sentence, at once
+
+
+# ----- the run directory --------------------------------------------------------------------------------------------
+
+
+def write_run_record(req: TrainRequest, argv: list[str]) -> None:
+    req.out.mkdir(parents=True, exist_ok=True)
+    record = {"stage": req.stage, "data": str(req.data), "model": req.model, "evaluator_urls": req.evaluator_urls,
+              "smoke": req.smoke, "ray_address": req.ray_address, "argv": argv}  # fmt: skip
+    (req.out / "command.json").write_text(json.dumps(record, indent=2) + "\n")

