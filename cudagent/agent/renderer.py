@@ -25,15 +25,29 @@ class RendererError(ValueError):
 class ChatRenderer:
     def __init__(self, tokenizer):
         self.tok = tokenizer
-        self.eos = tokenizer.eos_token or ""
         self._base = self._render(_BASE, generation=False)
-        cut = self._base.rfind(self.eos) if self.eos else -1
-        # what the template writes after an assistant turn's end token
-        self.after_eos = self._base[cut + len(self.eos) :] if cut >= 0 else ""
-        self.stop_ids = set(_ids_of(tokenizer.eos_token_id))
+        # the assistant turn's end token and what the template writes after it, read from the template itself (a
+        # tokenizer's eos_token can be another token: SmolLM2's GGUF says <|im_start|>, its turns end <|im_end|>)
+        self.eos, self.after_eos, end_id = self._turn_end()
+        self.stop_ids = set(_ids_of(tokenizer.eos_token_id)) | set(_ids_of(end_id))
         generation = getattr(tokenizer, "generation_config", None)
         if generation is not None:
             self.stop_ids |= set(_ids_of(getattr(generation, "eos_token_id", None)))
+
+    def _turn_end(self) -> tuple[str, str, int | None]:
+        """(end token, text after it, its id) of an assistant turn as the base renders it; the tokenizer's eos_token
+        when the template writes no special token right after the assistant's content."""
+        suffix = self._base[self._base.rfind(_BASE[-1]["content"]) + len(_BASE[-1]["content"]) :]
+        ids = self.encode(suffix)
+        # special or added tokens (a GGUF tokenizer may register <|im_end|> as added, not special)
+        special = set(getattr(self.tok, "all_special_ids", []) or []) | set(self.tok.get_added_vocab().values())
+        if ids and ids[0] in special:
+            token = self.tok.convert_ids_to_tokens(ids[0])
+            if suffix.startswith(token):
+                return token, suffix[len(token) :], ids[0]
+        eos = self.tok.eos_token or ""
+        cut = self._base.rfind(eos) if eos else -1
+        return eos, (self._base[cut + len(eos) :] if cut >= 0 else ""), None
 
     def _render(self, messages: list[dict], generation: bool) -> str:
         return self.tok.apply_chat_template(messages, add_generation_prompt=generation, tokenize=False)

@@ -127,3 +127,32 @@ def histogram_plot(panels: list[dict[str, int]], path: str) -> None:
             c.text(x, base + 8, label[:12])
     with open(path, "wb") as f:
         f.write(c.png())
+
+
+def series_plot(series: dict[str, list[float]], path: str, lo: float, hi: float) -> None:
+    """Lines over steps on one axis from `lo` to `hi` (e.g. mean reward and faster-than-compile rate per training
+    step): one colour per series in order (blue, red, grey), a grey line at 0, the axis ends labelled."""
+    width, height, left, top, bottom = 720, 300, 60, 20, 40
+    c = Canvas(width, height)
+    span_x, span_y = width - left - 20, height - top - bottom
+
+    def ypos(v: float) -> int:
+        return top + round((hi - min(hi, max(lo, v))) / (hi - lo) * span_y)
+
+    c.rect(left, top, left, height - bottom, BLACK)
+    c.rect(left, ypos(0.0), width - 20, ypos(0.0), GREY)
+    for v in (lo, hi):
+        c.text(8, ypos(v) - 5, f"{v:g}")
+    n = max((len(v) for v in series.values()), default=0)
+    c.text(left, height - 28, f"1-{n}" if n else "0")
+    for color, values in zip((BLUE, RED, GREY), series.values()):
+        points = [(left + round(i / max(1, n - 1) * span_x), ypos(v)) for i, v in enumerate(values)]
+        for (x0, y0), (x1, y1) in zip(points, points[1:]):
+            steps = max(abs(x1 - x0), abs(y1 - y0), 1)
+            for k in range(steps + 1):
+                c.rect(x0 + (x1 - x0) * k // steps, y0 + (y1 - y0) * k // steps, x0 + (x1 - x0) * k // steps + 1,
+                       y0 + (y1 - y0) * k // steps + 1, color)  # fmt: skip
+        for x, y in points:
+            c.rect(x - 2, y - 2, x + 2, y + 2, color)
+    with open(path, "wb") as f:
+        f.write(c.png())

@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from cudagent.cli.app import app
-from cudagent.errors import CudagentError, ExitCode
+from cudagent.errors import CudagentError, EnvironmentProblem, ExitCode
 
 train_app = typer.Typer(no_args_is_help=True)
 app.add_typer(train_app, name="train")
@@ -75,33 +75,91 @@ def train(
     if dry_run:
         return
     write_run_record(req, argv)
-    typer.echo(f"cudagent: stage {stage} running; metrics in {req.out / 'metrics.jsonl'}", err=True)
-    raise typer.Exit(subprocess.call(argv, env=environment(req, dict(os.environ))))
+    if ray_address:  # the job runs on the cluster; `cudagent train status` reads what it writes
+        raise typer.Exit(subprocess.call(argv, env=environment(req, dict(os.environ))))
+    from cudagent.train.monitor import StopRule
+    from cudagent.train.supervise import supervise
+
+    typer.echo(f"cudagent: stage {stage} running; cudagent train status {req.out} shows its progress", err=True)
+    code, why = supervise(argv, environment(req, dict(os.environ)), req.out, StopRule())
+    if why:
+        where = req.out / "checkpoints"
+        typer.echo(f"cudagent: stopped by the BF16 stop rule ({why}); checkpoints in {where}", err=True)
+        raise typer.Exit(int(ExitCode.REJECTED))
+    raise typer.Exit(code)
 
 
-@train_app.command("rft-collect")
+@train_app.command(
+    "rft-collect",
+    epilog="Examples:\n\n"
+    "  cudagent train rft-collect --data train.parquet --samples 4 --base-url http://gpu2:8000/v1 "
+    "--tokenizer ~/ckpt/warmup --evaluator http://gpu1:8765 --out kept.jsonl\n\n"
+    "  cudagent train rft-collect --runs ~/.cudagent/runs --out kept.jsonl\n\n"
+    "Exit codes: 0 written (even with none kept); 2 bad input; 3 the model server or evaluator unreachable.",
+)
 def rft_collect(
-    runs: Path = typer.Argument(..., help="A runs directory of token-mode optimize runs (CUDAGENT_HOME/runs)."),
     out: Path = typer.Option(..., help="The JSON lines file of kept episodes (the rft stage's --data)."),
+    data: Path = typer.Option(None, help="A verl dataset (cudagent data export): sample episodes of its tasks."),
+    samples: int = typer.Option(4, help="Episodes per task (K)."),
+    base_url: str = typer.Option(None, help="The warm-up model on a vLLM server (its /v1, token ids in and out)."),
+    tokenizer: str = typer.Option(None, help="The served model's tokenizer directory."),
+    served_model: str = typer.Option(None, help="The model name on the server (default: the one it serves)."),
+    evaluator: list[str] = typer.Option(None, help="cudagent serve URL(s) scoring the episodes."),
+    max_turns: int = typer.Option(150, help="Turns per episode."),
+    response_tokens: int = typer.Option(32768, help="Tokens after the prompt, per episode."),
+    concurrency: int = typer.Option(8, help="Episodes at once."),
+    temperature: float = typer.Option(1.0, help="Sampling temperature."),
+    runs: Path = typer.Option(None, help="Instead: a runs directory of token-mode optimize runs to keep from."),
 ) -> None:
-    """Keep the token-mode episodes worth imitating (a positive reward and every tool call valid) for the rft stage."""
-    from cudagent.train.rft import episodes_from_runs, write_episodes
+    """Collect the episodes the rft stage imitates: K sampled episodes per task with the warm-up model, each run and
+    scored as training's rollout does, keeping those with a positive reward and every tool call valid."""
+    import asyncio
 
-    if not runs.is_dir():
-        raise CudagentError(f"{runs}: no such directory of runs")
-    episodes = episodes_from_runs(runs)
+    from cudagent.train.rft import collect, episodes_from_runs, write_episodes
+
+    if runs is not None:
+        if not runs.is_dir():
+            raise CudagentError(f"--runs {runs}: no such directory of runs")
+        episodes = episodes_from_runs(runs)
+    else:
+        for name, value in (("data", data), ("base-url", base_url), ("tokenizer", tokenizer), ("evaluator", evaluator)):
+            if not value:
+                raise typer.BadParameter("is required to sample episodes (or give --runs)", param_hint=f"--{name}")
+        if samples < 1 or concurrency < 1:
+            raise typer.BadParameter("must be at least 1", param_hint="--samples/--concurrency")
+        from cudagent.agent.backends import BackendError, CompletionsBackend, load_tokenizer
+        from cudagent.serve.client import EvaluatorPool
+        from cudagent.train.command import read_rows
+        from cudagent.train.rollout import RolloutSettings
+
+        rows = read_rows(data)
+        pool = EvaluatorPool.from_env(list(evaluator))
+        asyncio.run(pool.info())  # nothing answering, a wrong token: one sentence before any episode
+        settings = RolloutSettings(max_turns=max_turns, response_tokens=response_tokens)
+        backend = CompletionsBackend(base_url, served_model)
+        try:
+            asyncio.run(backend.resolve_model())
+        except BackendError as exc:
+            raise EnvironmentProblem(f"the model server does not answer: {exc}") from None
+        done = []
+
+        def tell(episode: dict) -> None:
+            done.append(episode)
+            what = f"tier {episode['tier']}" if episode.get("reward") is not None else episode.get("error")
+            typer.echo(f"{len(done)}/{len(rows) * samples} {episode['task']}#{episode['sample']}: {what}", err=True)
+
+        episodes = asyncio.run(collect(rows, samples, backend, load_tokenizer(tokenizer), pool, settings,
+                                       {"temperature": temperature}, concurrency, tell))  # fmt: skip
     kept = write_episodes(episodes, out)
-    typer.echo(f"kept {kept} of {len(episodes)} token-mode episodes in {out}", err=True)
+    typer.echo(f"kept {kept} of {len(episodes)} episodes in {out}", err=True)
 
 
 @train_app.command("status")
 def status(run_dir: Path = typer.Argument(..., help="A run directory made by cudagent train run.")) -> None:
-    """The stage, the last step and its reward, turns, tokens and BF16 monitors (from verl's metrics.jsonl)."""
+    """The stage, the last step (reward, tiers, faster-than-compile rate, turns, tokens), the BF16 monitors and the
+    stop rule's verdict, as JSON; RUN/progress.png plots reward and faster-than-compile rate per step."""
     from cudagent.train.status import summarize
 
     if not (run_dir / "command.json").is_file():
         raise CudagentError(f"{run_dir} is not a cudagent train run (no command.json)")
-    summary = summarize(run_dir)
-    typer.echo(json.dumps(summary, indent=2))
-    if summary.get("steps", 0) == 0:
-        raise typer.Exit(int(ExitCode.OK))
+    typer.echo(json.dumps(summarize(run_dir), indent=2))

@@ -13,12 +13,15 @@ This is the only module of cudagent that imports verl.
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
 from cudagent.errors import CudagentError
+from cudagent.resultlog import append_row
 from cudagent.train.rollout import RolloutSettings, rollout
 
 AGENT_NAME = "cudagent_agent"
@@ -65,6 +68,7 @@ class CudagentAgentLoop(AgentLoopBase):
             _plain(kwargs.get("extra_info")), backend, self.tokenizer, settings, self._pool(urls), sampling
         )
         metrics.tool_calls = max(0.0, time.monotonic() - started - metrics.generate_sequences)
+        record_episode({"t": time.time(), "task": result.task, "reward": result.reward, **result.metrics})
         ledger = result.ledger
         return AgentLoopOutput(
             prompt_ids=ledger.prompt_ids,
@@ -86,6 +90,14 @@ class CudagentAgentLoop(AgentLoopBase):
         if key not in cls._pools:
             cls._pools[key] = EvaluatorPool.from_env(list(key))
         return cls._pools[key]
+
+
+def record_episode(row: dict) -> None:
+    """One line in the run's rollouts.jsonl (CUDAGENT_TRAIN_ROLLOUTS, set by `cudagent train`), which `cudagent train
+    status` and the stop rule read; nothing when unset."""
+    path = os.environ.get("CUDAGENT_TRAIN_ROLLOUTS")
+    if path:
+        append_row(Path(path), row)
 
 
 def _plain(value) -> dict:

@@ -95,15 +95,23 @@ def command(req: TrainRequest) -> list[str]:
         argv = [sys.executable if not req.ray_address else "python", "-m", "verl.trainer.main_ppo", *config]
     argv += stage_overrides(req) + list(req.overrides)
     if req.ray_address:
-        runtime = {"env_vars": {"VERL_FILE_LOGGER_PATH": str((req.out / "metrics.jsonl").resolve())}}
+        runtime = {"env_vars": run_files(req)}  # the token: CUDAGENT_EVALUATOR_TOKEN in the workers' environment
         argv = ["ray", "job", "submit", "--address", req.ray_address, "--runtime-env-json", json.dumps(runtime),
                 "--", *argv]  # fmt: skip
     return argv
 
 
+def run_files(req: TrainRequest) -> dict:
+    """Where the run's processes write: verl's file logger the steps, the agent loops one line per episode."""
+    return {
+        "VERL_FILE_LOGGER_PATH": str((req.out / "metrics.jsonl").resolve()),
+        "CUDAGENT_TRAIN_ROLLOUTS": str((req.out / "rollouts.jsonl").resolve()),
+    }
+
+
 def environment(req: TrainRequest, environ: dict) -> dict:
-    """The environment the stage runs with: verl's file logger writes the run's metrics.jsonl."""
-    return {**environ, "VERL_FILE_LOGGER_PATH": str((req.out / "metrics.jsonl").resolve())}
+    """The environment the stage runs with (locally; through Ray, the job's runtime env carries the same)."""
+    return {**environ, **run_files(req)}
 
 
 def printable(argv: list[str]) -> str:
@@ -159,6 +167,14 @@ def check_data(req: TrainRequest) -> None:
         )
 
 
+def read_rows(path: Path) -> list[dict]:
+    """The `extra_info` of each row of a verl dataset (parquet), checked for its columns."""
+    check_data(TrainRequest("agentic", Path(path), "", Path(".")))
+    import pyarrow.parquet as pq
+
+    return [dict(r) for r in pq.read_table(Path(path).expanduser(), columns=["extra_info"]).column(0).to_pylist()]
+
+
 def check_evaluator(req: TrainRequest, environ: dict) -> None:
     import asyncio
 
@@ -174,8 +190,22 @@ def check_evaluator(req: TrainRequest, environ: dict) -> None:
 # ----- the run directory --------------------------------------------------------------------------------------------
 
 
+def episodes_per_step(req: TrainRequest) -> int | None:
+    """The composed config's batch times samples per prompt (RL stages; None without Hydra or for rft)."""
+    if req.stage == "rft":
+        return None
+    try:
+        from hydra import compose, initialize_config_dir
+    except ImportError:
+        return None
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        cfg = compose(config_name=req.stage, overrides=stage_overrides(req) + list(req.overrides))
+    return int(cfg.data.train_batch_size) * int(cfg.actor_rollout_ref.rollout.n)
+
+
 def write_run_record(req: TrainRequest, argv: list[str]) -> None:
     req.out.mkdir(parents=True, exist_ok=True)
     record = {"stage": req.stage, "data": str(req.data), "model": req.model, "evaluator_urls": req.evaluator_urls,
-              "smoke": req.smoke, "ray_address": req.ray_address, "argv": argv}  # fmt: skip
+              "smoke": req.smoke, "ray_address": req.ray_address, "argv": argv,
+              "episodes_per_step": episodes_per_step(req)}  # fmt: skip
     (req.out / "command.json").write_text(json.dumps(record, indent=2) + "\n")

@@ -1,6 +1,8 @@
 """Rejection fine-tuning: keep the sampled episodes worth imitating, and feed their exact token ids to verl's SFT
 trainer.
 
+    collect(rows, samples, ...)     K episodes per task of a verl dataset with a served model (vLLM's token API),
+                                    each run and scored as the training rollout runs it
     episodes_from_runs(runs root)   the ledger, tier and tool validity of each token-mode `optimize` run
     keep(episode)                   reward > 0 and valid tool use (the paper's filter)
     write_episodes(episodes, path)  JSON lines, one kept episode each (the `rft` stage's --data)
@@ -29,6 +31,34 @@ def keep(episode: dict) -> bool:
     (False, False)
     """
     return episode.get("tier", -1) > 0 and episode.get("tool_validity", 0.0) >= MIN_TOOL_VALIDITY
+
+
+async def collect(rows: list[dict], samples: int, backend, tokenizer, pool, settings, sampling: dict,
+                  concurrency: int = 8, on_episode=None) -> list[dict]:  # fmt: skip
+    """`samples` episodes of each row's task (rows: `extra_info` dicts), at most `concurrency` at once; an episode
+    that could not run (the evaluator gone, a bad row) is recorded with its error and reward None."""
+    import asyncio
+
+    from cudagent.errors import CudagentError
+    from cudagent.train.rollout import rollout
+
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(row: dict, sample: int) -> dict:
+        async with gate:
+            try:
+                r = await rollout(row, backend, tokenizer, settings, pool, sampling)
+            except CudagentError as exc:
+                episode = {"task": row.get("task_id"), "sample": sample, "reward": None, "error": exc.message}
+            else:
+                episode = {"task": r.task, "sample": sample, "reward": r.reward, "tier": r.metrics["tier"],
+                           "tool_validity": r.metrics["tool_validity"], "end_reason": r.end_reason,
+                           **r.ledger.to_dict()}  # fmt: skip
+        if on_episode:
+            on_episode(episode)
+        return episode
+
+    return list(await asyncio.gather(*(one(row, k) for row in rows for k in range(samples))))
 
 
 def episodes_from_runs(runs_root: Path) -> list[dict]:

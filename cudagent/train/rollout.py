@@ -12,6 +12,7 @@ prompt plus that.
 
 from __future__ import annotations
 
+import math
 import tempfile
 import time
 import uuid
@@ -54,6 +55,7 @@ class RolloutSettings:
 
 @dataclass
 class Rollout:
+    task: str
     ledger: Ledger
     reward: float
     tier: int | None
@@ -130,13 +132,24 @@ async def _episode(task, evaluator, tmp: Path, backend, tokenizer, settings, sam
         verdict = await evaluator.evaluate(snapshot_of(ws), timing=True, fresh=True)
         tier, judged = verdict.tier, {"correct": int(verdict.correct)}
     return Rollout(
+        task=task.name,
         ledger=driver.ledger,
         reward=reward_of(tier, result.end_reason),
         tier=tier,
         end_reason=result.end_reason,
         num_turns=len(result.messages) - 2,
-        metrics=_metrics(result, tier, judged, time.monotonic() - started),
+        metrics={**_metrics(result, tier, judged, time.monotonic() - started), **_sampling(driver.ledger)},
     )
+
+
+def _sampling(ledger: Ledger) -> dict:
+    """The smallest probability the server gave a token it sampled (a BF16 monitor) and the token counts."""
+    sampled = [lp for lp, m in zip(ledger.response_logprobs, ledger.response_mask) if m]
+    return {
+        "min_token_prob": math.exp(min(sampled)) if sampled else 1.0,
+        "sampled_tokens": len(sampled),
+        "response_tokens": len(ledger.response_ids),
+    }
 
 
 def _metrics(result: EpisodeResult, tier: int | None, judged: dict, seconds: float) -> dict:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import subprocess
 import sys
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -103,6 +105,7 @@ def test_the_adapter_runs_scored_episodes_inside_verls_agent_loop_worker(tiny_mo
     from cudagent.train.command import AGENT_LOOPS
 
     monkeypatch.setenv("CUDAGENT_EVALUATOR_TOKEN", TOKEN)
+    monkeypatch.setenv("CUDAGENT_TRAIN_ROLLOUTS", str(tmp_path / "rollouts.jsonl"))
     monkeypatch.chdir(tmp_path)
     config = _stage_config("agentic", [
         "data.train_files=unused.parquet", f"actor_rollout_ref.model.path={tiny_model}",
@@ -146,6 +149,12 @@ def test_the_adapter_runs_scored_episodes_inside_verls_agent_loop_worker(tiny_mo
         assert mask[i, length:].sum() == 0
     assert int(info["__num_turns__"][0]) == 2 * 4 and info["end_reason"][0] == "finished"
     assert float(info["tool_validity"][0]) == 1.0
+    # one record per episode for `train status` and the stop rule
+    records = sorted((json.loads(x) for x in (tmp_path / "rollouts.jsonl").read_text().splitlines()),
+                     key=lambda r: r["task"])  # fmt: skip
+    assert [(r["task"], r["tier"], r["reward"]) for r in records] == [
+        ("axpby_small", tiers[0], float(tiers[0])), ("broken_axpby", -1, -1.0)]  # fmt: skip
+    assert all(abs(r["min_token_prob"] - math.exp(-0.5)) < 1e-9 for r in records)
     # every request carried the trainer's sampling parameters and a per-turn cap on the reply
     assert all(p["max_tokens"] <= 4096 and "temperature" in p for _, _, p in server.requests)
 
@@ -346,3 +355,149 @@ def test_bad_input_is_one_sentence_and_an_exit_code(args, code, message, tiny_mo
                           text=True, env=env)  # fmt: skip
     assert proc.returncode == code and message in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+STAGE_STAND_IN = """
+import json, os, subprocess, sys, time
+run = sys.argv[1]
+child = subprocess.Popen(["sleep", "300"])  # a worker of the stage: it must go with the group
+open(os.path.join(run, "child.pid"), "w").write(str(child.pid))
+gaps = [0.01, 0.02, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+for step, gap in enumerate(gaps, 1):
+    with open(os.path.join(run, "rollouts.jsonl"), "a") as f:
+        for i in range(2):
+            f.write(json.dumps({"t": time.time(), "task": "t", "reward": 3.0 if i else -1.0, "tier": 3 if i else -1,
+                                "faster_than_compile": i, "turns": 5, "tool_validity": 1.0,
+                                "min_token_prob": 0.01}) + "\\n")
+    with open(os.path.join(run, "metrics.jsonl"), "a") as f:
+        f.write(json.dumps({"step": step, "data": {"critic/score/mean": 1.0,
+                                                   "rollout_corr/log_ppl_diff_max": gap}}) + "\\n")
+    time.sleep(0.5)
+time.sleep(300)
+"""
+
+
+def test_a_blowup_stops_the_stage_group_and_status_reads_the_run(tmp_path):
+    """The supervisor over a stand-in for verl's trainer (a real process group writing what verl's file logger and the
+    agent loop write): two steps past the limit stop it, child processes included; status and its plot read it."""
+    import time
+
+    from cudagent.train.monitor import StopRule
+    from cudagent.train.status import summarize
+    from cudagent.train.supervise import supervise
+
+    run = tmp_path / "run"
+    run.mkdir()
+    record = {"stage": "agentic", "model": "m", "data": "d", "episodes_per_step": 2}
+    (run / "command.json").write_text(json.dumps(record))
+    started = time.monotonic()
+    code, why = supervise([sys.executable, "-c", STAGE_STAND_IN, str(run)], dict(os.environ), run, StopRule(), 0.2)
+    assert why == "steps 3-4: largest |log(pi_train/pi_rollout)| 3 > 0.5", why
+    assert code != 0 and time.monotonic() - started < 60
+    child = int((run / "child.pid").read_text())
+    time.sleep(0.5)
+    state = Path(f"/proc/{child}/stat").read_text().split()[2] if Path(f"/proc/{child}").exists() else "gone"
+    assert state in ("gone", "Z"), state  # the stage's own child went with the group
+    summary = summarize(run)
+    assert summary["steps"] >= 4 and summary["monitors"]["stop"].startswith("steps ")
+    assert summary["last"]["reward_mean"] == 1.0 and summary["last"]["faster_than_compile"] == 0.5
+    assert summary["last"]["tiers"] == {"-1": 1, "1": 0, "2": 0, "3": 1} and summary["last"]["episodes"] == 2
+    assert (run / "progress.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    status = [sys.executable, "-m", "cudagent", "train", "status"]
+    proc = subprocess.run([*status, str(run)], capture_output=True, text=True)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["stage"] == "agentic"
+    empty = subprocess.run([*status, str(tmp_path)], capture_output=True, text=True)
+    assert empty.returncode == 2 and "is not a cudagent train run" in empty.stderr
+
+
+@pytest.mark.parametrize("module", ["cudagent.train.reward", "cudagent.train.monitor", "cudagent.train.rft",
+                                    "cudagent.data.compose", "cudagent.agent.ledger"])  # fmt: skip
+def test_doctests(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0
+
+
+class _ScriptedVLLM(BaseHTTPRequestHandler):
+    """vLLM's /v1/completions with token ids in and out, replying from the scripts above by the task in the prompt
+    and the number of assistant turns already in it."""
+
+    tokenizer = None
+
+    def do_GET(self):
+        self._send({"data": [{"id": "warmup-model"}]})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        prompt = self.tokenizer.decode(body["prompt"])
+        script = BROKEN if "broken_axpby" in prompt else SOLVE
+        turn = prompt.count("<|im_start|>assistant") - 1
+        ids = self.tokenizer(script[min(turn, len(script) - 1)], add_special_tokens=False)["input_ids"]
+        ids = [*ids[: body["max_tokens"] - 1], end_of_turn(self.tokenizer)]
+        logprobs = {"tokens": [f"token_id:{t}" for t in ids], "token_logprobs": [-0.25] * len(ids)}
+        self._send({"choices": [{"text": "", "finish_reason": "stop", "logprobs": logprobs}]})
+
+    def _send(self, doc):
+        data = json.dumps(doc).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_rft_collect_samples_scores_and_keeps_episodes_from_a_served_model(tiny_model, service, tmp_path):
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from cudagent.agent.backends import load_tokenizer
+    from cudagent.train.rft import LedgerSFTDataset, read_episodes
+
+    _ScriptedVLLM.tokenizer = load_tokenizer(str(tiny_model))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ScriptedVLLM)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    rows = [{"prompt": "p", "agent_name": "cudagent_agent", "extra_info": {"task_id": name, "task_source": TASK}}
+            for name in ("axpby_small", "broken_axpby")]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
+    env = {**os.environ, "CUDAGENT_EVALUATOR_TOKEN": TOKEN}
+    argv = [sys.executable, "-m", "cudagent", "train", "rft-collect", "--data", str(tmp_path / "train.parquet"),
+            "--samples", "1", "--base-url", f"http://127.0.0.1:{server.server_port}/v1", "--tokenizer",
+            str(tiny_model), "--evaluator", service.url, "--max-turns", "6", "--response-tokens", "8192",
+            "--out", str(tmp_path / "kept.jsonl")]  # fmt: skip
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+    finally:
+        server.shutdown()
+    assert proc.returncode == 0, proc.stderr
+    kept = read_episodes(tmp_path / "kept.jsonl")
+    assert "kept 1 of 2 episodes" in proc.stderr, proc.stderr  # one sample a task here: each solving one builds
+    assert {e["task"] for e in kept} == {"axpby_small"} and all(e["tier"] >= 1 for e in kept)
+    assert all(set(lp for lp, m in zip(e["response_logprobs"], e["response_mask"]) if m) == {-0.25} for e in kept)
+    assert len(LedgerSFTDataset(str(tmp_path / "kept.jsonl"), _ScriptedVLLM.tokenizer, {"max_length": 65536})) == 1
+    down = subprocess.run([*argv[:10], "http://127.0.0.1:9/v1", *argv[11:]], capture_output=True, text=True, env=env)
+    assert down.returncode == 3 and "the model server does not answer" in down.stderr, down.stderr
+
+
+def test_the_renderer_reads_the_end_of_a_turn_from_the_template(tiny_model):
+    """SmolLM2's GGUF tokenizer names <|im_start|> its eos; its template ends turns with <|im_end|>. The stream the
+    token driver appends must read exactly as the template renders the conversation (found by the rft-collect test:
+    observations came after a stray `<|im_start|>assistant\\n-<|im_end|>`)."""
+    from cudagent.agent.backends import load_tokenizer
+    from cudagent.agent.renderer import ChatRenderer
+
+    tok = load_tokenizer(str(tiny_model))
+    r = ChatRenderer(tok)
+    assert (r.eos, r.after_eos) == ("<|im_end|>", "\n") and end_of_turn(tok) in r.stop_ids
+    opening = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi."}]
+    observation = [{"role": "user", "content": "[bash] ok"}]
+    ids = r.opening_ids(opening) + r.encode("Hi.") + [end_of_turn(tok)] + r.delta_ids(observation, model_stopped=True)
+    whole = [*opening, {"role": "assistant", "content": "Hi."}, *observation]
+    assert tok.decode(ids) == tok.apply_chat_template(whole, add_generation_prompt=True, tokenize=False)
