@@ -22,6 +22,8 @@ VERL_KEYS = (
     "critic/score/mean",
     "num_turns/mean",
     "response_length/mean",
+    "rollout_corr/rollout_rs_token_k1_max",
+    "rollout_corr/rollout_rs_token_k1_min",
     "rollout_corr/log_ppl_diff_max",
     "rollout_corr/log_ppl_abs_diff",
     "rollout_corr/rollout_is_ratio_fraction_high",

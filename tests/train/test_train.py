@@ -201,6 +201,7 @@ def test_each_stage_config_composes_and_its_dry_run_is_the_readme_command(stage,
     else:
         assert config.trainer.total_training_steps == 2  # the smoke config
         assert config.algorithm.adv_estimator == "gae" and config.algorithm.rollout_correction.rollout_is == "token"
+        assert config.algorithm.rollout_correction.rollout_rs == "token_k1"  # the per-token BF16 monitor
         assert config.actor_rollout_ref.rollout.calculate_log_probs is True
         assert list(config.cudagent.evaluator_urls) == ["http://127.0.0.1:9"]
         assert config.cudagent.single_turn is (stage == "warmup")
@@ -501,3 +502,26 @@ def test_the_renderer_reads_the_end_of_a_turn_from_the_template(tiny_model):
     ids = r.opening_ids(opening) + r.encode("Hi.") + [end_of_turn(tok)] + r.delta_ids(observation, model_stopped=True)
     whole = [*opening, {"role": "assistant", "content": "Hi."}, *observation]
     assert tok.decode(ids) == tok.apply_chat_template(whole, add_generation_prompt=True, tokenize=False)
+
+
+def test_the_monitor_trust_region_rejects_nothing_and_reports_the_token_extremes():
+    """The stage configs' never-rejecting token_k1 trust region, through verl's own function: the response mask comes
+    back unchanged and its metrics carry the largest per-token |log(pi_train/pi_rollout)|, which the stop rule reads."""
+    import torch
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_rejection_mask
+
+    from cudagent.train.command import CONFIG_DIR
+    from cudagent.train.monitor import StopRule, breaches
+
+    spec = OmegaConf.load(CONFIG_DIR / "cudagent_ppo.yaml").algorithm.rollout_correction
+    torch.manual_seed(0)
+    log_ratio = torch.randn(4, 16) * 0.01  # log(pi_train / pi_rollout): BF16 noise
+    log_ratio[2, 5] = 3.0  # one token the trainer finds 20x likelier than the rollout engine did
+    mask = torch.ones(4, 16, dtype=torch.long)
+    mask[3, 10:] = 0
+    kept, metrics = compute_rollout_rejection_mask(log_ratio, mask, spec.rollout_rs, str(spec.rollout_rs_threshold))
+    assert torch.equal(kept, mask)
+    row = {f"rollout_corr/{k}": v for k, v in metrics.items()}
+    assert abs(row["rollout_corr/rollout_rs_token_k1_min"] + 3.0) < 1e-5  # k1 = -log ratio
+    assert breaches(row, StopRule()) == ["largest |log(pi_train/pi_rollout)| 3 > 2"]
