@@ -166,5 +166,6 @@ def _metrics(result: EpisodeResult, tier: int | None, judged: dict, seconds: flo
         "speedup_vs_compile": best.get("speedup_vs_compile") or 0.0,
         "final_evaluation_failed": int(bool(result.final and "error" in result.final)),
         "episode_seconds": round(seconds, 2),
+        f"ended_{result.end_reason}": 1,  # numeric, so verl's validation metrics average it (strings it skips)
         **judged,
     }

@@ -9,6 +9,7 @@ import asyncio
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 from http.server import BaseHTTPRequestHandler
@@ -148,7 +149,7 @@ def test_the_adapter_runs_scored_episodes_inside_verls_agent_loop_worker(tiny_mo
         assert set(logprobs[i, :length][~sampled].tolist()) == {0.0}
         assert mask[i, length:].sum() == 0
     assert int(info["__num_turns__"][0]) == 2 * 4 and info["end_reason"][0] == "finished"
-    assert float(info["tool_validity"][0]) == 1.0
+    assert float(info["tool_validity"][0]) == 1.0 and int(info["ended_finished"][0]) == 1
     # one record per episode for `train status` and the stop rule
     records = sorted((json.loads(x) for x in (tmp_path / "rollouts.jsonl").read_text().splitlines()),
                      key=lambda r: r["task"])  # fmt: skip
@@ -253,6 +254,16 @@ def test_the_dry_run_of_an_rl_stage_against_a_live_service(tiny_model, service, 
     assert proc.returncode == 0, proc.stderr
     assert "-m verl.trainer.main_ppo --config-path" in proc.stdout and "--config-name agentic" in proc.stdout
     assert f'cudagent.evaluator_urls=["{service.url}"]' in proc.stdout.replace("'", "")
+    # the warm-up stage's dry run reads as the README shows it: the same entry point, config and overrides in order
+    readme = (ROOT / "README.md").read_text()
+    shown = readme[readme.index("for the warm-up stage it reads") :].split("```")[1].split()
+    warmup = subprocess.run([*argv[:5], "warmup", *argv[6:]], capture_output=True, text=True, env=env)
+    assert warmup.returncode == 0, warmup.stderr
+    printed = shlex.split(warmup.stdout)
+    assert printed[1:4] == shown[1:4] and printed[5:7] == shown[5:7] == ["--config-name", "warmup"]
+    assert printed[4].endswith("cudagent/train/config") and shown[4].endswith("cudagent/train/config")
+    keys = [t.split("=", 1)[0] for t in shown if "=" in t]
+    assert [t.split("=", 1)[0] for t in printed if "=" in t][: len(keys)] == keys
     bad = subprocess.run([*argv[:-1], "--dry-run"], capture_output=True, text=True,
                          env={**env, "CUDAGENT_EVALUATOR_TOKEN": "wrong"})  # fmt: skip
     assert bad.returncode in (2, 3) and "token" in bad.stderr, bad.stderr
