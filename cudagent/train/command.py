@@ -123,7 +123,7 @@ def printable(argv: list[str]) -> str:
 
 def preflight(req: TrainRequest, environ: dict, *, check_verl: bool = True) -> None:
     """Everything checkable here, each failure one sentence (CudagentError: exit 2; EnvironmentProblem: exit 3)."""
-    check_data(req)
+    check_data(req.stage, req.data)
     if not Path(req.model).expanduser().exists():
         raise CudagentError(f"--model {req.model}: no such directory; give a local Hugging Face model directory")
     if req.stage != "rft":
@@ -132,21 +132,22 @@ def preflight(req: TrainRequest, environ: dict, *, check_verl: bool = True) -> N
         raise EnvironmentProblem('verl is not installed here; pip install "cudagent[train]" (verl==0.9.1)')
 
 
-def check_data(req: TrainRequest) -> None:
-    path = Path(req.data).expanduser()
+def check_data(stage: str, data: Path) -> None:
+    """The stage's dataset is readable and has what the stage reads (one sentence when it has not)."""
+    path = Path(data).expanduser()
     if not path.is_file():
-        raise CudagentError(f"--data {req.data}: no such file")
-    if req.stage == "rft":
+        raise CudagentError(f"--data {data}: no such file")
+    if stage == "rft":
         from cudagent.train.rft import read_episodes
 
         try:
             rows = read_episodes(path)
         except (ValueError, UnicodeDecodeError) as exc:
-            raise CudagentError(f"--data {req.data} is not JSON lines of episodes ({exc})") from None
+            raise CudagentError(f"--data {data} is not JSON lines of episodes ({exc})") from None
         missing = sorted({f for r in rows[:50] for f in RFT_FIELDS if f not in r})
         if not rows or missing:
             raise CudagentError(
-                f"--data {req.data} has no episodes with {', '.join(RFT_FIELDS)}"
+                f"--data {data} has no episodes with {', '.join(RFT_FIELDS)}"
                 + (f" (missing {', '.join(missing)})" if missing else "")
                 + "; make it with cudagent train rft-collect"
             )
@@ -158,18 +159,18 @@ def check_data(req: TrainRequest) -> None:
     try:
         columns = pq.read_schema(path).names
     except Exception as exc:  # noqa: BLE001  (pyarrow raises several kinds for a file that is not parquet)
-        raise CudagentError(f"--data {req.data} is not a parquet file ({type(exc).__name__})") from None
+        raise CudagentError(f"--data {data} is not a parquet file ({type(exc).__name__})") from None
     missing = [c for c in RL_COLUMNS if c not in columns]
     if missing:
         raise CudagentError(
-            f"--data {req.data} lacks the column(s) {', '.join(missing)} (it has {', '.join(columns)}); "
+            f"--data {data} lacks the column(s) {', '.join(missing)} (it has {', '.join(columns)}); "
             "make it with cudagent data export --format verl"
         )
 
 
 def read_rows(path: Path) -> list[dict]:
     """The `extra_info` of each row of a verl dataset (parquet), checked for its columns."""
-    check_data(TrainRequest("agentic", Path(path), "", Path(".")))
+    check_data("agentic", path)
     import pyarrow.parquet as pq
 
     return [dict(r) for r in pq.read_table(Path(path).expanduser(), columns=["extra_info"]).column(0).to_pylist()]

@@ -4,9 +4,8 @@ model of another chat-template family; the ledger must be exactly what the model
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from cudagent.agent.episode import EpisodeLimits
 from cudagent.agent.recorders import MemoryRecorder, Recorder, Recorders
 from cudagent.agent.renderer import ChatRenderer
 from cudagent.agent.token_driver import HistoryEdited, TokenDriver
+from tests.agent.completions_server import CompletionsHandler
 from tests.agent.fakes import FakeEvaluator, episode
 
 pytest.importorskip("transformers")
@@ -170,41 +170,14 @@ def test_a_full_context_ends_the_episode_with_its_reason(tmp_path, smollm2):
     assert len(driver.ledger) <= context and driver.ledger.response_mask[-1] == 1
 
 
-class _VLLMLike(BaseHTTPRequestHandler):
+class _VLLMLike(CompletionsHandler):
     """vLLM's /v1/completions as the token backend uses it, serving a real (tiny) model."""
 
     backend: HFBackend = None
 
-    def do_GET(self):
-        self._send({"data": [{"id": "tiny"}]})
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    def complete(self, body: dict) -> tuple[list[int], list[float], str]:
         out = self.backend._generate(body["prompt"], body)
-        tokens = [f"token_id:{t}" for t in out.token_ids]
-        finish = "length" if out.stop_reason == "length" else "stop"
-        self._send(
-            {
-                "choices": [
-                    {
-                        "text": "",
-                        "finish_reason": finish,
-                        "logprobs": {"tokens": tokens, "token_logprobs": out.log_probs},
-                    }
-                ]
-            }
-        )
-
-    def _send(self, doc):
-        data = json.dumps(doc).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+        return out.token_ids, out.log_probs, "length" if out.stop_reason == "length" else "stop"
 
 
 def test_the_completions_backend_speaks_vllms_token_protocol(tmp_path, tiny_alpaca):

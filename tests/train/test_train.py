@@ -12,13 +12,13 @@ import os
 import shlex
 import subprocess
 import sys
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 verl = pytest.importorskip("verl")
 
+from tests.agent.completions_server import CompletionsHandler  # noqa: E402
 from tests.agent.episodes import KERNEL, MODEL_NEW, TASK  # noqa: E402
 from tests.serve.service_proc import TOKEN, ServiceProcess  # noqa: E402
 
@@ -432,35 +432,20 @@ def test_doctests(module):
     assert result.attempted > 0 and result.failed == 0
 
 
-class _ScriptedVLLM(BaseHTTPRequestHandler):
-    """vLLM's /v1/completions with token ids in and out, replying from the scripts above by the task in the prompt
-    and the number of assistant turns already in it."""
+class _ScriptedVLLM(CompletionsHandler):
+    """vLLM's /v1/completions replying from the scripts above, by the task in the prompt and the number of assistant
+    turns already in it."""
 
+    model_id = "warmup-model"
     tokenizer = None
 
-    def do_GET(self):
-        self._send({"data": [{"id": "warmup-model"}]})
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    def complete(self, body: dict) -> tuple[list[int], list[float], str]:
         prompt = self.tokenizer.decode(body["prompt"])
         script = BROKEN if "broken_axpby" in prompt else SOLVE
         turn = prompt.count("<|im_start|>assistant") - 1
         ids = self.tokenizer(script[min(turn, len(script) - 1)], add_special_tokens=False)["input_ids"]
         ids = [*ids[: body["max_tokens"] - 1], end_of_turn(self.tokenizer)]
-        logprobs = {"tokens": [f"token_id:{t}" for t in ids], "token_logprobs": [-0.25] * len(ids)}
-        self._send({"choices": [{"text": "", "finish_reason": "stop", "logprobs": logprobs}]})
-
-    def _send(self, doc):
-        data = json.dumps(doc).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+        return ids, [-0.25] * len(ids), "stop"
 
 
 def test_rft_collect_samples_scores_and_keeps_episodes_from_a_served_model(tiny_model, service, tmp_path):
