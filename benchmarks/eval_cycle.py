@@ -5,13 +5,15 @@ For each task: a fresh workspace with the example's CUDA solution. Ours: one col
 baselines, device peaks), then ITERATIONS rounds of "append a line to a .cu file, evaluate with timing". Naive: the
 same edit, then a full rebuild, a verification process and a profiling process, ITERATIONS times.
 
-    python benchmarks/eval_cycle.py [--out benchmarks/results/eval_cycle.json] [--naive-from EARLIER.json ...]
+    python benchmarks/eval_cycle.py [--out FILE.json] [--runs 3] [--naive-from EARLIER.json ...]
 
 --naive-from takes each task's naive figures from earlier results files (the smallest of them, so the speedup is
 the least favourable) instead of measuring them again: the naive cycle runs none of cudagent's code, so it only
 needs measuring again on a different machine or software stack.
 
-Writes per-task figures and `speedup`: naive time per iteration over ours, the smallest of the tasks. Needs a GPU.
+Runs every task --runs times in one call (the first run on whatever caches the machine has: on a fresh one, cold)
+and writes each run's figures, the spread over runs (min, median, max) of the iteration time and of every
+verification, the cold first evaluation apart, and the machine's state before and after. Needs a GPU.
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ def ours(task: str, scratch: Path) -> dict:
     last = verdicts[-1]
     return {
         "first_s": first_s,
+        "first_phases_s": first.seconds,
+        "verify_s": [v.seconds.get("verify") for v in verdicts],
         "iterations_s": times,
         "per_iteration_s": statistics.median(times),
         "phases_s": last.seconds,
@@ -108,45 +112,88 @@ def naive(task: str, scratch: Path) -> dict:
     return {"steps_s": steps, "per_step_s": per_step, "per_iteration_s": sum(per_step.values())}
 
 
+def machine_state() -> dict:
+    """What the figures depend on, recorded beside them: GPU, clocks, temperature, driver, load, software."""
+    import torch
+
+    query = "name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,persistence_mode"
+    smi = subprocess.run(
+        ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True, text=True
+    ).stdout.strip()
+    git = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return {
+        "gpu": torch.cuda.get_device_name(),
+        "nvidia_smi": f"{query}: {smi}",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "git": git.stdout.strip(),
+        "cache_dir": os.environ.get("CUDAGENT_CACHE_DIR"),
+    }
+
+
+def spread(xs: list[float]) -> dict:
+    return {"min": min(xs), "median": statistics.median(xs), "max": max(xs)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "eval_cycle.json"))
     parser.add_argument("--tasks", default=",".join(TASKS))
+    parser.add_argument("--runs", type=int, default=3, help="whole runs (each task in a fresh workspace), one call")
     parser.add_argument("--naive-from", nargs="*", default=[], help="earlier results whose naive figures to reuse")
     args = parser.parse_args()
-    import torch
 
     earlier = [json.loads(Path(p).read_text()) for p in args.naive_from]
-    results = {}
+    tasks = args.tasks.split(",")
+    out: dict = {"machine_before": machine_state(), "iterations": ITERATIONS, "runs": []}
+    naive_by_task = {}
+    for task in tasks:
+        if earlier:
+            n = min((e["tasks"][task]["naive"] for e in earlier), key=lambda x: x["per_iteration_s"])
+            naive_by_task[task] = {**n, "reused_from": [str(p) for p in args.naive_from]}
     with tempfile.TemporaryDirectory(prefix="eval-cycle-") as tmp:
-        for task in args.tasks.split(","):
-            if earlier:
-                n = min((e["tasks"][task]["naive"] for e in earlier), key=lambda x: x["per_iteration_s"])
-                n = {**n, "reused_from": [str(p) for p in args.naive_from]}
-            else:
-                n = naive(task, Path(tmp))
-            o = ours(task, Path(tmp))
-            results[task] = {"naive": n, "ours": o, "speedup": n["per_iteration_s"] / o["per_iteration_s"]}
+        for run in range(args.runs):
+            results = {}
+            for task in tasks:
+                if task not in naive_by_task:
+                    naive_by_task[task] = naive(task, Path(tmp) / f"run{run}")
+                n = naive_by_task[task]
+                o = ours(task, Path(tmp) / f"run{run}")
+                results[task] = {"ours": o, "speedup": n["per_iteration_s"] / o["per_iteration_s"]}
+                print(
+                    f"run {run + 1} {task}: ours {o['per_iteration_s']:.2f} s/iteration "
+                    f"(iterations {[round(x, 2) for x in o['iterations_s']]}, verify "
+                    f"{[round(x, 2) for x in o['verify_s']]}, phases {o['phases_s']}), first {o['first_s']:.1f} s "
+                    f"({o['first_phases_s']}), naive {n['per_iteration_s']:.1f} s, "
+                    f"speedup {results[task]['speedup']:.1f}x",
+                    flush=True,
+                )
+            out["runs"].append(results)
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(json.dumps({"partial": True, "tasks": results}, indent=2))
-            print(
-                f"{task}: naive {n['per_iteration_s']:.1f} s/iteration ({n['per_step_s']}), ours "
-                f"{o['per_iteration_s']:.1f} s/iteration ({o['phases_s']}), first {o['first_s']:.1f} s, "
-                f"speedup {results[task]['speedup']:.1f}x",
-                flush=True,
-            )
-    out = {
-        "gpu": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "iterations": ITERATIONS,
-        "naive_iterations": NAIVE_ITERATIONS,
-        "tasks": results,
-        "speedup": min(r["speedup"] for r in results.values()),
-        "method": __doc__.strip().splitlines()[0],
+            Path(args.out).write_text(json.dumps({**out, "partial": True}, indent=2))
+    out["machine_after"] = machine_state()
+    out["naive"] = naive_by_task
+    out["summary"] = {
+        task: {
+            "per_iteration_s": spread([r[task]["ours"]["per_iteration_s"] for r in out["runs"]]),
+            "verify_s": spread([v for r in out["runs"] for v in r[task]["ours"]["verify_s"]]),
+            "first_s_cold_machine": out["runs"][0][task]["ours"]["first_s"],
+            "first_s_warm_caches": [r[task]["ours"]["first_s"] for r in out["runs"][1:]],
+            "speedup_vs_naive": spread([r[task]["speedup"] for r in out["runs"]]),
+        }
+        for task in tasks
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    out["method"] = __doc__.strip().splitlines()[0]
     Path(args.out).write_text(json.dumps(out, indent=2))
-    print(f"speedup (smallest over tasks): {out['speedup']:.2f}x -> {args.out}")
+    for task, s in out["summary"].items():
+        print(
+            f"{task}: iteration median over runs {s['per_iteration_s']}, verify {s['verify_s']}, "
+            f"cold first {s['first_s_cold_machine']:.1f} s",
+            flush=True,
+        )
+    print(f"-> {args.out}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import sys
 import threading
 import traceback
 import types
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,10 +82,12 @@ class Task:
             raise TaskError(f"{self.filename}: moving Model to {device} raised {_describe(exc, self)}") from exc
 
     def make_inputs(self, seed: int, device: str) -> list:
-        """get_inputs() drawn under `seed`, moved to `device`."""
+        """get_inputs() drawn under `seed`, on `device`: on a GPU, tensors the task creates without naming a device
+        are drawn there directly (KernelBench's inputs can take gigabytes, seconds of host work and a copy each)."""
         import torch
 
-        with seeded(seed, device):
+        on_gpu = torch.device(device) if str(device).startswith("cuda") else nullcontext()
+        with seeded(seed, device), on_gpu:
             inputs = self._call("get_inputs")
         if isinstance(inputs, torch.Tensor):
             inputs = [inputs]

@@ -25,7 +25,8 @@ FAILURE_SPEEDUP = 1.0
 
 def summarize(rows: list[dict]) -> dict:
     skipped = [r for r in rows if r.get("skipped")]
-    rows = [r for r in rows if not r.get("skipped")]
+    references = [r for r in rows if r.get("baselines_only")]
+    rows = [r for r in rows if not r.get("skipped") and not r.get("baselines_only")]
     n = len(rows)
     correct = [r for r in rows if r.get("correct")]
     out = {
@@ -35,8 +36,12 @@ def summarize(rows: list[dict]) -> dict:
         "pass_rate": len(correct) / n if n else 0.0,
         "missing_solutions": sum(1 for r in rows if r.get("missing")),
         "crashed": sum(1 for r in rows if r.get("crashed")),
-        "degenerate": sorted(r["key"] for r in rows if r.get("null_candidates")),
+        "degenerate": sorted(r["key"] for r in rows + references if r.get("null_candidates")),
+        "references_timed": sum(1 for r in references if (r.get("time_ms") or {}).get("eager") is not None),
+        "references_failed": sum(1 for r in references if (r.get("time_ms") or {}).get("eager") is None),
     }
+    if references:
+        out["task_wall_s_median"] = _median([r.get("process_s") or r.get("wall_s") for r in references])
     for base in BASELINES:
         speeds = [r.get(f"speedup_vs_{base}") for r in correct]
         timed = [s for s in speeds if s]
@@ -132,9 +137,25 @@ def markdown(report: dict) -> str:
     if degenerate:
         lines.append(f"Degenerate tasks (a null candidate passes): {', '.join(degenerate)}.")
         lines.append("")
+    overall = report["overall"]
+    if overall.get("references_timed") or overall.get("references_failed"):
+        lines.append(
+            f"References timed alone (--baselines-only): {overall['references_timed']} of "
+            f"{overall['references_timed'] + overall['references_failed']} tasks; median wall time of a task "
+            f"{overall.get('task_wall_s_median') or 0:.1f} s. Times compared: eager's and torch.compile's device "
+            "time per call (their host overhead is the framework's; report.json also has the host-inclusive times)."
+        )
+        lines.append("")
+    if report.get("wall_s") is not None:
+        runs = report.get("invocations") or []
+        lines.append(
+            f"Wall time: {report['wall_s']:.0f} s in {len(runs)} invocation(s), {report.get('per_gpu', 1)} task(s) "
+            f"at once per GPU; each task's wall time and phases (s) below and in report.json."
+        )
+        lines.append("")
     lines += [
-        "| task | correct | tier | eager ms | compile ms | candidate ms | vs eager | vs compile | note |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| task | correct | tier | eager ms | compile ms | candidate ms | vs eager | vs compile | wall s | note |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in report["results"]:
         t = r.get("time_ms") or {}
@@ -145,13 +166,20 @@ def markdown(report: dict) -> str:
             notes.append(shorten(r["error"].splitlines()[0], 100))
         if r.get("null_candidates"):
             notes.append(f"degenerate ({', '.join(r['null_candidates'])})")
+        if r.get("phases_s"):
+            notes.append(" ".join(f"{k} {v:.1f}" for k, v in r["phases_s"].items()))
+        if r.get("retried_alone"):
+            notes.append("retried alone on the GPU")
         note = "; ".join(notes)
+        verdict = "yes" if r.get("correct") else "no"
+        verdict = "skipped" if r.get("skipped") else "-" if r.get("baselines_only") else verdict
+        wall = r.get("process_s") or r.get("wall_s")
         lines.append(
-            f"| {r['key']} | {'skipped' if r.get('skipped') else 'yes' if r.get('correct') else 'no'} | "
+            f"| {r['key']} | {verdict} | "
             f"{r.get('tier') if r.get('tier') is not None else '-'} | "
             f"{_ms(t.get('eager'))} | {_ms(t.get('compile'))} | {_ms(t.get('candidate'))} | "
             f"{cell(r.get('speedup_vs_eager'), 'x')} | {cell(r.get('speedup_vs_compile'), 'x')} | "
-            f"{note.replace('|', '/')} |"
+            f"{'-' if wall is None else f'{wall:.1f}'} | {note.replace('|', '/')} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -170,6 +198,11 @@ def shorten(text: str, width: int) -> str:
 
 def _ms(x) -> str:
     return "-" if x is None else f"{x:.4f}"
+
+
+def _median(xs: list) -> float | None:
+    xs = sorted(x for x in xs if x is not None)
+    return xs[len(xs) // 2] if xs else None
 
 
 def _geomean(xs: list[float]) -> float | None:

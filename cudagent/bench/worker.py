@@ -9,12 +9,14 @@ this task only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import time
 import traceback
 from pathlib import Path
 
+from cudagent.device_share import device_share, waited_s
 from cudagent.resultlog import write_json_atomic
 
 
@@ -27,21 +29,76 @@ def run(args) -> dict:
     from cudagent.workspace import resolve_candidate, workspace_for
 
     out: dict = {"task": str(args.task)}
+    phases = out["phases_s"] = {"start": round(time.monotonic() - args.started, 2)}
+    clock = _Clock(phases)
     task = load_task(Path(args.task))
     if args.evaluator:
         return {**out, **_remote(args, task)}
     device = resolve_device(args.device)
     out["device"] = device.to_dict()
-    validate_task(task, device.kind)
-    out["null_candidates"] = null_candidates(task, device.kind)
+    with clock("validate"), device_share(exclusive=False):
+        validate_task(task, device.kind)
+    with clock("null_check"), device_share(exclusive=False):
+        out["null_candidates"] = null_candidates(task, device.kind)
+    if args.baselines_only:
+        with clock("baselines"):
+            return {**out, **_baselines(task, device)}
     if args.optimize:
         return {**out, **_optimize(args, device)}
     if args.solution is None:
         return {**out, "correct": False, "tier": -1, "error": "no solution for this task", "missing": True}
-    options = EvalOptions(fork_server=Settings.from_env().fork_server)
-    with Evaluator(task, device, options, null_candidates=out["null_candidates"]) as evaluator:
+    # One evaluation per task here: no spare process for a next one
+    options = EvalOptions(fork_server=Settings.from_env().fork_server, spare_process=False)
+    with clock("evaluate"), Evaluator(task, device, options, null_candidates=out["null_candidates"]) as evaluator:
         verdict = evaluator.evaluate(workspace_for(resolve_candidate(Path(args.solution)), task.source))
     return {**out, **_kept(verdict)}
+
+
+class _Clock:
+    """`with clock(name):` adds the block's wall time to phases[name]."""
+
+    def __init__(self, phases: dict):
+        self.phases = phases
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[name] = round(self.phases.get(name, 0.0) + time.monotonic() - start, 2)
+
+
+def _baselines(task, device) -> dict:
+    """The reference alone: eager and torch.compile timed as every evaluation of this task would (and cached for
+    them); no candidate."""
+    from cudagent.evaluator.baselines import Baselines
+    from cudagent.evaluator.evaluator import EvalOptions
+
+    options = EvalOptions()
+    baselines = Baselines(task, device, options.compile_mode, options.plan)
+    try:
+        got = baselines.get()
+    finally:
+        baselines.close()
+    times = {t: (b.compared_ms if b else None) for t, b in got.items()}
+    return {
+        "baselines_only": True,
+        "correct": None,
+        "tier": None,
+        "time_ms": {**times, "candidate": None},
+        "host_inclusive_ms": {t: (b.measurement.stats.median if b else None) for t, b in got.items()},
+        "host_bound": {t: _host_bound(b) for t, b in got.items()},
+        "error": "; ".join(baselines.notes) or None,
+        "notes": baselines.notes,
+    }
+
+
+def _host_bound(baseline) -> bool | None:
+    """Whether a call's time is its host enqueue time rather than its device time (the sample is the larger)."""
+    if baseline is None:
+        return None
+    return baseline.measurement.stats.median > 1.05 * baseline.measurement.device.median
 
 
 def _kept(verdict) -> dict:
@@ -139,8 +196,11 @@ def main() -> None:
     parser.add_argument("--solution")
     parser.add_argument("--optimize", help="a JSON file of policy settings and limits: run the agent instead")
     parser.add_argument("--evaluator", help="cudagent serve URLs, comma-separated: evaluate there")
+    parser.add_argument("--baselines-only", action="store_true", help="time the reference only, no candidate")
+    parser.add_argument("--started", type=float, help="the runner's time.monotonic() when it started this process")
     args = parser.parse_args()
     start = time.monotonic()
+    args.started = args.started if args.started is not None else start
     try:
         result = run(args)
     except Exception as exc:  # noqa: BLE001  (whatever goes wrong is this task's result, never the bench's)
@@ -153,6 +213,7 @@ def main() -> None:
             "trace": traceback.format_exc()[-3000:],
         }
     result["wall_s"] = round(time.monotonic() - start, 2)
+    result["device_wait_s"] = round(waited_s(), 2)
     write_json_atomic(args.result, result)
 
 

@@ -6,6 +6,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import typer
@@ -63,6 +64,24 @@ def bench(
     jobs: int = typer.Option(
         None, help="Tasks at once with --evaluator (default: twice the services' GPUs).", show_default=False
     ),
+    per_gpu: int = typer.Option(
+        1,
+        "--per-gpu",
+        help="Tasks at once on each GPU: they share it for inputs, builds, trials and compiling, and each times "
+        "alone (a task that runs out of memory beside others runs again alone).",
+    ),
+    stop_after: float = typer.Option(
+        None,
+        "--stop-after",
+        help="Start no task after this many seconds; those running finish (run the rest later with --resume).",
+        show_default=False,
+    ),
+    baselines_only: bool = typer.Option(
+        False,
+        "--baselines-only",
+        help="Time the references only (eager and torch.compile, cached for later evaluations) after the "
+        "null-candidate check: no candidate, no agent run.",
+    ),
 ) -> None:
     """Score many tasks: pass rate, fast_1 and fast_1.05 against eager and torch.compile, geomean speedups, per
     level and overall, with degenerate tasks flagged; writes report.json, report.md and speedups.png to OUT."""
@@ -75,6 +94,12 @@ def bench(
         raise CudagentError(f"the solutions folder {solutions} does not exist")
     if timeout <= 0:
         raise typer.BadParameter("must be positive", param_hint="--timeout")
+    if per_gpu <= 0:
+        raise typer.BadParameter("must be positive", param_hint="--per-gpu")
+    if stop_after is not None and stop_after <= 0:
+        raise typer.BadParameter("must be positive", param_hint="--stop-after")
+    if baselines_only and solutions is not None:
+        raise CudagentError("--baselines-only times the references alone; leave out --solutions (or --baselines-only)")
     levels = [x.strip() for x in level.split(",")] if level else None
     tasks = discover(tasks_dir, levels, select, list_file)
     urls = evaluator_urls(",".join(evaluator or []))
@@ -86,11 +111,12 @@ def bench(
         dev = resolve_device(device)
         slots = _slots(dev, gpus)
     optimize = None
-    if solutions is None:
+    if solutions is None and not baselines_only:
         optimize = {k: v for k, v in {"model": model, "base_url": base_url}.items() if v}
         optimize["limits"] = {"max_turns": max_turns} if max_turns else {}
 
     config = BenchConfig(out, dev.kind, slots, timeout, solutions, optimize, resume, ray, missing_as_failed, urls)
+    config.per_gpu, config.baselines_only, config.stop_after_s = per_gpu, baselines_only, stop_after
     runner = Bench(config)
     pending = runner.pending(tasks)
     progress = BenchProgress(len(pending) - len(runner.unsolved(pending)), enabled=not as_json and sys.stderr.isatty())
@@ -101,8 +127,10 @@ def bench(
         progress.done(task_line(row), counts=not row.get("skipped"))
 
     runner.on_result = show
+    started = time.time()
     with progress:
         rows = runner.run(tasks)
+    invocations = record_invocation(out, started, runner.recorded)
     meta = {
         "source": str(tasks_dir),
         "device_name": dev.name,
@@ -111,7 +139,14 @@ def bench(
         "cuda": dev.cuda_version,
         "sizes": _sizes(tasks_dir, tasks),
         "gpus": slots if not urls else f"{len(slots)} tasks at once on {', '.join(urls)}",
-        "mode": f"solutions {solutions}" if solutions else f"optimize ({optimize})",
+        "mode": "baselines only"
+        if baselines_only
+        else f"solutions {solutions}"
+        if solutions
+        else f"optimize ({optimize})",
+        "per_gpu": per_gpu,
+        "invocations": invocations,
+        "wall_s": round(sum(i["wall_s"] for i in invocations), 1),
     }
     report = build_report(rows, meta)
     paths = write_report(report, out)
@@ -154,6 +189,18 @@ def _remote(urls: list[str], jobs: int | None, gpus: str | None):
     return DeviceInfo(**device), [None] * (jobs or 2 * len(workers))
 
 
+def record_invocation(out: Path, started: float, tasks: int) -> list[dict]:
+    """Append this invocation (start, wall time, tasks it ran) to OUT/invocations.jsonl; return all of them (a bench
+    run in resumed slices adds up its slices)."""
+    from cudagent.bench.runner import INVOCATIONS
+
+    path = out / INVOCATIONS
+    row = {"started": started, "wall_s": round(time.time() - started, 1), "tasks": tasks}
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def _slots(dev, gpus: str | None) -> list[str | None]:
     if not dev.is_cuda:
         if gpus:
@@ -176,8 +223,12 @@ def _sizes(root: Path, tasks) -> str:
     digest = hashlib.sha256()
     for t in tasks:
         digest.update(t.key.encode() + t.path.read_bytes())
+    # Only a checkout of its own: a folder inside some other repository (a copy of KernelBench's levels carried
+    # into a project, say) must not report that repository's commit.
+    top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    own = top.returncode == 0 and Path(top.stdout.strip()).resolve() == root.expanduser().resolve()
     commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    where = f"git {commit.stdout.strip()}, " if commit.returncode == 0 and commit.stdout.strip() else ""
+    where = f"git {commit.stdout.strip()}, " if own and commit.returncode == 0 and commit.stdout.strip() else ""
     return f"{where}{len(tasks)} files, sha256 {digest.hexdigest()[:16]}"
 
 
@@ -218,6 +269,11 @@ def task_line(row: dict) -> str:
     name = row["name"] if row.get("level") in (None, "-") else row["key"]
     if row.get("skipped"):
         return f"{name}: skipped ({row['skipped']})"
+    wall = f" in {row['process_s']:.0f} s" if row.get("process_s") else ""
+    if row.get("baselines_only") and not row.get("error"):
+        t = row.get("time_ms") or {}
+        compiled = f"{t['compile']:.4f} ms" if t.get("compile") is not None else "-"
+        return f"{name}: eager {t.get('eager'):.4f} ms, torch.compile {compiled}{wall}"
     status = "correct" if row.get("correct") else "failed"
     speed = f", {row['speedup_vs_compile']:.2f}x vs compile" if row.get("speedup_vs_compile") else ""
     why = (

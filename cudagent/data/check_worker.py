@@ -8,18 +8,15 @@ memory limit), writing one JSON object: {"dropped_by": FILTER or null, "why", "r
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
-import os
 import statistics
 import time
 import traceback
 from pathlib import Path
 
+from cudagent.device_share import device_share, hold_alone
 from cudagent.resultlog import write_json_atomic
 
 RUNTIME_CALLS = 7
-_ALONE = False  # set for a second attempt after running out of device memory beside other workers
 
 
 def check(args) -> dict:
@@ -116,25 +113,6 @@ def _compile_disagrees(args, model, inputs: list, expected) -> str | None:
     return None if result.ok else f"torch.compile disagrees with eager: {result.violations[0].message}"
 
 
-@contextlib.contextmanager
-def device_share(exclusive: bool):
-    """A reader-writer lock on the device among the pipeline's workers (CUDAGENT_DEVICE_LOCK names its file):
-    checks share it, a timing has it alone, and a waiting timing lets no new check in ahead of it (a turnstile)."""
-    path = os.environ.get("CUDAGENT_DEVICE_LOCK")
-    exclusive = exclusive or _ALONE
-    if not path:
-        yield
-        return
-    with open(path + ".turnstile", "a") as turnstile, open(path, "a") as lock:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        fcntl.flock(turnstile, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def _out_of_memory(result: dict) -> bool:
     return result.get("dropped_by") == "runs" and "OutOfMemoryError" in (result.get("why") or "")
 
@@ -142,7 +120,6 @@ def _out_of_memory(result: dict) -> bool:
 def check_alone(args) -> dict:
     """The checks again with the device to this worker alone: running out of memory beside other workers is theirs
     as much as the task's (on the H100, 8 of 370 tasks were dropped so before this); out of memory alone drops it."""
-    global _ALONE
     import gc
 
     import torch
@@ -150,7 +127,7 @@ def check_alone(args) -> dict:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    _ALONE = True
+    hold_alone()
     result = check(args)
     if _out_of_memory(result):
         result["why"] = "needs more device memory than the device has, alone on it: " + result["why"]

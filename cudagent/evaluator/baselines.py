@@ -14,8 +14,10 @@ import hashlib
 import json
 import os
 import secrets
+import threading
 from dataclasses import asdict, dataclass
 
+from cudagent.device_share import device_share
 from cudagent.evaluator.measure import INPUT_SETS, Plan
 from cudagent.evaluator.session import ChildFailure, ChildProcess
 from cudagent.evaluator.verdict import TimeStats
@@ -79,6 +81,12 @@ class Baseline:
     measurement: Measurement
     kernels: dict | None = None  # {"iterations": n, "kernels": [{name, ns, count, streams}]} on CUDA
 
+    @property
+    def compared_ms(self) -> float:
+        """What a candidate is compared with: the median device time per call (on the CPU, the wall clock). The
+        framework's host overhead is left out (profile.py says why)."""
+        return self.measurement.device.median
+
     def to_dict(self, with_samples: bool = False) -> dict:
         return {**self.measurement.to_dict(with_samples), "kernels": self.kernels}
 
@@ -96,7 +104,9 @@ class ReferenceWorker:
 
     def _started(self) -> ChildProcess:
         if self.child is None:
-            child = ChildProcess(extra_env=compile_cache_env())
+            # CUDA and the profiler set up at start, while the reference loads and compiles: the profiler's first
+            # session costs seconds, which would otherwise fall inside the kernel breakdown, on the device alone
+            child = ChildProcess(extra_env=compile_cache_env(), device=self.device.kind, warm_profiler=True)
             child.start()
             base = {"name": self.task.name, "source": self.task.source, "device": self.device.kind}
             seeds = [secrets.randbits(62) for _ in range(INPUT_SETS)]
@@ -114,6 +124,10 @@ class ReferenceWorker:
             self.child = child
         return self.child
 
+    def prepare(self, target: str) -> None:
+        """Load the reference, draw its input sets and call the target once (torch.compile compiles then)."""
+        self._request({"op": "warm", "target": target}, f"preparing the {target} baseline")
+
     def measure(self, target: str, plan: Plan) -> Measurement:
         reply = self._request({"op": "time", "target": target, "plan": asdict(plan)}, f"timing the {target} baseline")
         return Measurement.of(reply)
@@ -128,7 +142,7 @@ class ReferenceWorker:
             reply = self._started().request(msg, timeout_s=WORKER_TIMEOUT_S, max_bytes=1 << 30, what=what)
         except ChildFailure as exc:
             self.close()
-            raise BaselineError(f"{what} failed: {exc.message}") from exc
+            raise BaselineError(f"{what} failed: {exc.message}{_error_line(exc.output)}") from exc
         if not reply.get("ok", False):
             raise BaselineError(f"{what} failed: {_first(reply)}")
         return reply
@@ -154,16 +168,41 @@ class Baselines:
     def get(self) -> dict[str, Baseline | None]:
         """{"eager": ..., "compile": ...}; a baseline that cannot be timed is None (see `notes` for why)."""
         for target in TARGETS:
-            if target not in self._memo:
-                self._memo[target] = self._cached(target) or self._measure(target)
+            if target not in self._memo and (cached := self._cached(target)) is not None:
+                self._memo[target] = cached
+        todo = [t for t in TARGETS if t not in self._memo]
+        failed = self._prepare(todo)
+        for target in todo:
+            self._memo[target] = None if target in failed else self._measure(target)
         return dict(self._memo)
+
+    def _prepare(self, targets: list[str]) -> set[str]:
+        """Start and prepare the targets' workers side by side (each a process of its own: starting one is seconds of
+        `import torch`, preparing the compiled one seconds of compiling), beside other work on the device; the
+        targets that could not be prepared, with the reason in `notes`."""
+        failed: set[str] = set()
+
+        def prepare(target: str) -> None:
+            try:
+                with device_share(exclusive=False):
+                    self.workers[target].prepare(target)
+            except BaselineError as exc:
+                self.notes.append(str(exc))
+                failed.add(target)
+
+        threads = [threading.Thread(target=prepare, args=(t,), name=f"prepare-{t}") for t in targets]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return failed
 
     def cached_medians(self) -> dict[str, float | None] | None:
         """Median times (ms) already in the cache, without measuring anything; None unless eager is cached."""
         found = {t: self._memo.get(t) or self._cached(t) for t in TARGETS}
         if found["eager"] is None:
             return None
-        return {t: (b.measurement.stats.median if b is not None else None) for t, b in found.items()}
+        return {t: (b.compared_ms if b is not None else None) for t, b in found.items()}
 
     def refresh(self, target: str) -> Baseline:
         """Measure a baseline again now (BaselineError if it cannot be) and replace the cached timing."""
@@ -174,9 +213,11 @@ class Baselines:
         return baseline
 
     def _measure(self, target: str) -> Baseline | None:
+        """Timed alone on the device (once prepared: `_prepare`)."""
         try:
-            meas = self.measure(target, self.plan)
-            kernels = self.workers[target].kernels(target) if self.device.is_cuda else None
+            with device_share(exclusive=True):
+                meas = self.measure(target, self.plan)
+                kernels = self.workers[target].kernels(target) if self.device.is_cuda else None
         except BaselineError as exc:
             self.notes.append(str(exc))
             return None
@@ -218,6 +259,15 @@ def compile_cache_env() -> dict[str, str]:
     """Inductor and Triton caches that outlive the worker, so a compiled baseline builds once per machine."""
     root = cache_dir()
     return {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"), "TRITON_CACHE_DIR": str(root / "triton")}
+
+
+def _error_line(output: str) -> str:
+    """The line of a dead worker's output that says what went wrong (torch's hints after it say nothing), in
+    parentheses; empty if there is none. A worker that cannot create its CUDA context says "out of memory" here."""
+    lines = [ln.strip() for ln in (output or "").splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln.lower() and "TORCH_USE_CUDA_DSA" not in ln]
+    picked = errors[-1] if errors else (lines[-1] if lines else "")
+    return f" ({picked[:300]})" if picked else ""
 
 
 def _first(reply: dict) -> str:

@@ -6,7 +6,8 @@
 The reference lives only here, in the parent: fresh secret seeds for weights and inputs every evaluation, its
 outputs computed here, after the candidate's, and never sent anywhere; this process is non-dumpable and the
 candidate's process holds no capabilities (isolation.py). An Evaluator serves one task on one device and keeps a
-clean reference worker alive for its whole life; use it as a context manager (or call close()).
+clean reference worker alive for its whole life; use it as a context manager (or call close()). Several evaluators
+may share a device (a bench's tasks): what runs on it takes a share, timings take it alone (device_share.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 
 import cudagent.evaluator.isolation as isolation
 from cudagent.build import DEFAULT_BUILD_TIMEOUT_S, BuildResult, build_workspace, summarize_compiler_output
+from cudagent.device_share import device_share
 from cudagent.evaluator.baselines import Baselines
 from cudagent.evaluator.compare import Tolerance
 from cudagent.evaluator.judge import Extension
@@ -65,6 +67,10 @@ class EvalOptions:
     fork_server: bool = True
     # Told, in a few words, of each phase as it starts (a progress display); never given candidate output.
     on_phase: object = None
+    # Start the next evaluation's process as soon as one ends (with the fork server): it sets its CUDA context and
+    # its profiler up (CUPTI: about 5 s on the H100) while the agent works, instead of in the next verification.
+    # It has never loaded candidate code; each evaluation still runs in a process of its own.
+    spare_process: bool = True
 
 
 class Evaluator:
@@ -89,6 +95,7 @@ class Evaluator:
         self._cost = None
         self._zygote: Zygote | None = None
         self._zygote_home: str | None = None
+        self._spare: ChildProcess | None = None
 
     def __enter__(self) -> Evaluator:
         return self
@@ -98,6 +105,9 @@ class Evaluator:
 
     def close(self) -> None:
         self.baselines.close()
+        if self._spare is not None:
+            self._spare.close()
+            self._spare = None
         self._close_zygote()
 
     def _fork_server(self) -> Zygote | None:
@@ -160,7 +170,14 @@ class Evaluator:
         return BuildResult(True, time.monotonic() - start)
 
     def _child_env(self, ws: Workspace) -> dict[str, str]:
-        return {"TORCH_EXTENSIONS_DIR": str(ws.inline_build_dir)}
+        """A single-file candidate's build (torch's load_inline, in the child) keeps its products in the workspace,
+        builds for this device's architecture alone (torch's default adds PTX for later ones: a second device
+        compile of every kernel) and uses every core for its translation units."""
+        env = {"TORCH_EXTENSIONS_DIR": str(ws.inline_build_dir), "MAX_JOBS": str(os.cpu_count() or 1)}
+        if self.device.is_cuda and self.device.capability:
+            major, minor = self.device.capability
+            env["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+        return env
 
     # ----- evaluate ---------------------------------------------------------------------------------------------
 
@@ -190,14 +207,7 @@ class Evaluator:
             t1 = time.monotonic()
             self._prepare_timing()
             v.seconds["baselines"] = round(time.monotonic() - t1, 3)
-        child = ChildProcess(
-            extra_env=self._child_env(ws),
-            device=self.device.kind,
-            memory_limit_bytes=self.options.memory_limit_bytes,
-            zygote=self._fork_server(),
-            warm_profiler=True,
-        )
-        child.spawn()  # the child creates its CUDA context and sets its profiler up while the build runs
+        child = self._candidate_process(ws)  # creates its CUDA context and sets its profiler up during the build
         profiler = ref = None
         try:
             self._phase("building the extension")
@@ -206,9 +216,11 @@ class Evaluator:
             v.seconds["build"] = round(build.seconds, 3)
             if not build.ok:
                 v.reject("BUILD_TIMEOUT" if build.timed_out else "BUILD_FAILED", build.errors or "the build failed")
+                child = self._keep_as_spare(child)  # it was sent nothing: the next evaluation's process
                 return self._finish(v, t0)
             extension = self._link_audit(ws, v)
             if v.violations:
+                child = self._keep_as_spare(child)
                 return self._finish(v, t0)
             self._phase("verifying on fresh inputs")
             t1 = time.monotonic()
@@ -217,29 +229,69 @@ class Evaluator:
             runner = TrialRunner(
                 self.task, self.device, child, self.options.tolerance, self.options.call_timeout_s, v, extension
             )
-            ref = runner.run(ws, self.options.stock_trials, self.options.build_timeout_s + 120)
+            with device_share(exclusive=False):
+                ref = runner.run(ws, self.options.stock_trials, self.options.build_timeout_s + 120)
             v.seconds["verify"] = round(time.monotonic() - t1, 3)
             if v.correct and timing and ref is not None:
                 self._phase("timing the candidate")
                 t1 = time.monotonic()
                 profiler = self._profiler()
-                profiler.run(child, ref, runner.ext, v)
+                with device_share(exclusive=True):
+                    profiler.run(child, ref, runner.ext, v)
                 v.seconds["timing"] = round(time.monotonic() - t1, 3)
         except ChildFailure as f:
             v.reject(f.code, f.message + _tail(f.output))
         finally:
-            child.close()
+            if child is not None:
+                child.close()
         if profiler is not None:
-            profiler.settle(v)
-            if self.options.ncu and v.correct and self.device.is_cuda:
-                self._ncu(ws, ref, v)
-            elif self.options.ncu and v.correct:
+            with device_share(exclusive=True):
+                profiler.settle(v)
+                if self.options.ncu and v.correct and self.device.is_cuda:
+                    self._ncu(ws, ref, v)
+            if self.options.ncu and v.correct and not self.device.is_cuda:
                 v.notes.append("the Nsight Compute summary needs a CUDA device; skipped")
         tampered = ws.tampered_infrastructure(self.task.source)
         if tampered:
             ws.ensure_infrastructure(self.task.source)
             v.reject("INFRA_TAMPERED", f"the candidate changed {', '.join(tampered)} while it ran (restored)")
+        self._start_spare(ws)
         return self._finish(v, t0)
+
+    # ----- candidate processes -----------------------------------------------------------------------------------
+
+    def _new_process(self, env: dict[str, str]) -> ChildProcess:
+        child = ChildProcess(
+            extra_env=env,
+            device=self.device.kind,
+            memory_limit_bytes=self.options.memory_limit_bytes,
+            zygote=self._fork_server(),
+            warm_profiler=True,
+        )
+        child.spawn()
+        return child
+
+    def _candidate_process(self, ws: Workspace) -> ChildProcess:
+        """The spare started after the last evaluation if it is alive and fits this workspace, else a new one."""
+        env = self._child_env(ws)
+        spare, self._spare = self._spare, None
+        if spare is not None and spare.extra_env == env and spare.alive():
+            return spare
+        if spare is not None:
+            spare.close()
+        return self._new_process(env)
+
+    def _keep_as_spare(self, child: ChildProcess) -> None:
+        """A process that was never sent a request (the build failed) serves the next evaluation."""
+        if self.options.spare_process and self._spare is None:
+            self._spare = child
+        else:
+            child.close()
+
+    def _start_spare(self, ws: Workspace) -> None:
+        """Once an evaluation is over (nothing is being timed), start the next one's process (spare_process)."""
+        if self.options.spare_process and self.options.fork_server and self._spare is None:
+            self._spare = self._new_process(self._child_env(ws))
 
     def _phase(self, what: str) -> None:
         if self.options.on_phase is not None:
@@ -263,7 +315,8 @@ class Evaluator:
         """Null candidates (zeros, the mean, passthrough, a subsample) that pass this task under its stock inputs:
         a correct verdict on such a task proves little. Computed once per evaluator, here in the trusted parent."""
         if self._nulls is None:
-            self._nulls = null_candidates(self.task, self.device.kind, self.options.tolerance)
+            with device_share(exclusive=False):
+                self._nulls = null_candidates(self.task, self.device.kind, self.options.tolerance)
         if self._nulls:
             v.flags.append(
                 f"DEGENERATE_TASK: the null candidate(s) {', '.join(self._nulls)} pass this task under its stock "
@@ -280,13 +333,17 @@ class Evaluator:
             v.notes.append(why)
 
     def _prepare_timing(self) -> None:
+        """Baselines (each prepared beside other work on the device, timed alone: baselines.py), the device's peaks
+        (measured alone, once per machine) and the task's cost."""
         self.baselines.get()
         if self._peaks is None:
-            self._peaks = device_peaks(self.device)
+            with device_share(exclusive=True):
+                self._peaks = device_peaks(self.device)
         if self._cost is None:
-            model = self.task.build_model(secrets.randbits(62), self.device.kind)
-            inputs = self.task.make_inputs(secrets.randbits(62), self.device.kind)
-            self._cost = task_cost(model, inputs, self.task.run(model, inputs))
+            with device_share(exclusive=False):
+                model = self.task.build_model(secrets.randbits(62), self.device.kind)
+                inputs = self.task.make_inputs(secrets.randbits(62), self.device.kind)
+                self._cost = task_cost(model, inputs, self.task.run(model, inputs))
 
     def _profiler(self) -> Profiler:
         return Profiler(

@@ -216,24 +216,28 @@ def _kernels(prof) -> tuple[list, int | None]:
 _warmup: threading.Thread | None = None
 
 
+def warm_profiler(cuda: bool) -> None:
+    """One empty profiler session. The first session of a process costs seconds (Kineto's and CUPTI's set-up: 4-5 s
+    on the H100 host, a CPU-only session as much as one with CUDA activities; about a second on a CPU-only build),
+    every later one milliseconds."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    config = _all_threads_config()
+    try:
+        with profile(activities=activities, **({"experimental_config": config} if config else {})):
+            pass
+    except Exception:  # noqa: BLE001  (the real session will say what is wrong)
+        pass
+
+
 def start_profiler_warmup(cuda: bool) -> None:
-    """Set the profiler up in the background: its first session costs about a second on the CPU and about 5 s with
-    CUPTI on an H100, which would otherwise fall on the first trial. Started before any candidate code is loaded;
-    the sessions below wait for it, and `other_threads` does not count it."""
+    """Set the profiler up in the background (warm_profiler): its set-up would otherwise fall on the first trial.
+    Started before any candidate code is loaded; the sessions below wait for it, and `other_threads` does not count
+    it."""
     global _warmup
 
-    def warm():
-        from torch.profiler import ProfilerActivity, profile
-
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-        config = _all_threads_config()
-        try:
-            with profile(activities=activities, **({"experimental_config": config} if config else {})):
-                pass
-        except Exception:  # noqa: BLE001  (the real session will say what is wrong)
-            pass
-
-    _warmup = threading.Thread(target=warm, name="cudagent-profiler-warmup", daemon=True)
+    _warmup = threading.Thread(target=warm_profiler, args=(cuda,), name="cudagent-profiler-warmup", daemon=True)
     _warmup.start()
 
 

@@ -227,6 +227,9 @@ class ChildProcess:
             "CRASHED", f"the candidate's process exited with status {code} during {what}", self.output.text()
         )
 
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def cpu_seconds(self) -> float:
         """CPU time the child and everything it started have used so far."""
         return cpu_seconds(process_tree(self.proc.pid)) if self.proc is not None else 0.0

@@ -3,8 +3,10 @@
     python -s -m cudagent.evaluator.zygote --fd N
 
 The zygote is trusted and runs no candidate code: it imports torch and the child harness, never initializes CUDA
-(so a fork is safe), and forks one fresh child per request. Each child leaves the zygote's session, takes the
-environment, working directory and output pipe its request names, and becomes an ordinary `child.py` harness.
+(so a fork is safe; nor does it open a profiler session, which on a CUDA build of torch sets CUPTI up even for a
+CPU-only one: its children then failed to start on the H100), and forks one fresh child per request. Each child
+leaves the zygote's session, takes the environment, working directory and output pipe its request names, and
+becomes an ordinary `child.py` harness.
 
 Protocol on the SOCK_SEQPACKET socket N, one message per packet, JSON:
     parent -> zygote   {"env": {...}, "cwd": "...", "argv": [...]}  with two descriptors attached: the child's

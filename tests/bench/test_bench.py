@@ -220,3 +220,70 @@ def test_bench_without_solutions_runs_the_agent(kernelbench, tmp_path):
     # refuse to vouch for the timing, and then only for that reason
     assert (task["correct"] is True and task["tier"] >= 1) or _timing_only(task), task
     assert summary["tasks"] == 1 and summary["correct"] == int(task["correct"]) and "optimize" in summary["mode"]
+
+
+CROWDED_ONCE = """import os
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    \"\"\"Runs out of device memory the first time it runs (as beside other tasks), then works.\"\"\"
+
+    def forward(self, x):
+        if not os.path.exists(MARKER):
+            open(MARKER, "w").close()
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return x * 2 + 1
+
+
+def get_inputs():
+    return [torch.randn(64, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_baselines_only_side_by_side_with_the_crowded_out_run_alone(tmp_path):
+    """--baselines-only times the references (eager, torch.compile) with each task's phases; --per-gpu runs tasks
+    side by side under the device share; a task that runs out of memory beside others runs again alone (and is
+    remembered so); invocations add up over --resume."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "a_axpby.py").write_text(TASK)
+    marker = tmp_path / "ran-out-once"
+    (tasks / "b_crowded.py").write_text(CROWDED_ONCE.replace("MARKER", repr(str(marker))))
+    out = tmp_path / "out"
+    env = cli_env(tmp_path / "home", None)
+    args = ["bench", str(tasks), "--baselines-only", "--per-gpu", "2", "--device", "cpu", "--out", str(out), "--json"]
+    proc = cudagent(args, env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert marker.exists()  # the first attempt did run out
+    rows = {r["name"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    assert set(rows) == {"a_axpby", "b_crowded"}
+    for row in rows.values():
+        assert row["baselines_only"] and not row.get("error"), row
+        assert row["time_ms"]["eager"] > 0 and row["time_ms"]["compile"] > 0 and row["time_ms"]["candidate"] is None
+        assert set(row["phases_s"]) == {"start", "validate", "null_check", "baselines"}
+        assert row["process_s"] >= row["wall_s"] > 0
+    assert rows["b_crowded"]["retried_alone"] and not rows["a_axpby"].get("retried_alone")
+    assert (out / "crowded-out.txt").read_text().split() == ["-/b_crowded"]
+    md = (out / "report.md").read_text()
+    assert "References timed alone (--baselines-only): 2 of 2 tasks" in md and "2 task(s) at once per GPU" in md
+    again = cudagent([*args, "--resume"], env)
+    assert again.returncode == 0, again.stderr[-2000:]
+    summary = json.loads(again.stdout.splitlines()[-1])
+    runs = [json.loads(x) for x in (out / "invocations.jsonl").read_text().splitlines()]
+    assert [r["tasks"] for r in runs] == [2, 0]
+    assert summary["wall_s"] == round(sum(r["wall_s"] for r in runs), 1)
+
+
+def test_bench_throughput_option_errors(tmp_path, kernelbench):
+    env = cli_env(tmp_path / "home", None)
+    args = ["bench", str(kernelbench), "--device", "cpu"]
+    both = cudagent([*args, "--baselines-only", "--solutions", str(tmp_path)], env)
+    assert both.returncode == 2 and "--baselines-only times the references alone" in both.stderr
+    zero = cudagent([*args, "--per-gpu", "0"], env)
+    assert zero.returncode == 2 and "--per-gpu" in zero.stderr

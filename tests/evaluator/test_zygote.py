@@ -4,6 +4,7 @@ session, output and exit status), and the evaluator survives a zygote that dies.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -84,3 +85,32 @@ def test_the_evaluator_restarts_a_dead_zygote(tmp_path):
         assert evaluator.evaluate(ws).correct
         assert evaluator._zygote is not first and evaluator._zygote.alive()
     assert evaluator._zygote is None
+
+
+def test_the_next_evaluation_runs_in_the_spare_process(tmp_path):
+    """After an evaluation the evaluator starts the next one's process (it sets CUDA and the profiler up while the
+    agent works); a process that was sent nothing because the build failed is kept as that spare."""
+    from cudagent.evaluator import EvalOptions, Evaluator
+    from cudagent.hardware import resolve_device
+    from cudagent.task import load_task
+    from cudagent.workspace import resolve_candidate, workspace_for
+    from tests.agent.episodes import REPO
+
+    task = load_task(REPO / "examples" / "tasks" / "axpby.py")
+    shutil.copytree(REPO / "examples" / "solutions" / "cpu" / "axpby", tmp_path / "axpby")
+    ws = workspace_for(resolve_candidate(tmp_path / "axpby"), task.source)
+    kernel = next(p for p in sorted(ws.kernels_dir.iterdir()) if p.suffix == ".cpp")
+    good = kernel.read_text()
+    with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=False)) as evaluator:
+        kernel.write_text(good + "\nthis does not compile;\n")
+        assert [v.code for v in evaluator.evaluate(ws).violations] == ["BUILD_FAILED"]
+        kept = evaluator._spare
+        assert kept is not None and kept.alive()  # never sent anything: it serves the next evaluation
+        kernel.write_text(good)
+        assert evaluator.evaluate(ws).correct
+        assert not kept.alive()  # it ran that evaluation and was closed with it
+        spare = evaluator._spare
+        assert spare is not None and spare is not kept and spare.alive()
+        assert evaluator.evaluate(ws).correct
+        assert not spare.alive()
+    assert evaluator._spare is None
