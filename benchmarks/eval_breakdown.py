@@ -110,13 +110,13 @@ class _Stopwatch:
 
 
 def evaluate(scratch: Path, task: str = "softmax", iterations: int = 3) -> dict:
-    from cudagent.evaluator import Evaluator
+    from cudagent.evaluator import EvalOptions, Evaluator
     from cudagent.evaluator.profile import Profiler
     from cudagent.hardware import resolve_device
 
     the_task, ws = workspace_for(task, scratch / f"eval-{task}")
     rows = []
-    with Evaluator(the_task, resolve_device("cuda")) as evaluator:
+    with Evaluator(the_task, resolve_device("cuda"), EvalOptions(spare_process=True)) as evaluator:
         for k in range(iterations + 1):
             if k:
                 kernel = sorted(ws.kernels_dir.glob("*.cu"))[0]

@@ -56,12 +56,12 @@ def edit(ws, k: int) -> None:
 
 
 def ours(task: str, scratch: Path) -> dict:
-    from cudagent.evaluator import Evaluator
+    from cudagent.evaluator import EvalOptions, Evaluator
     from cudagent.hardware import resolve_device
 
     the_task, ws = workspace_for(task, scratch / f"ours-{task}")
     times, verdicts = [], []
-    with Evaluator(the_task, resolve_device("cuda")) as evaluator:
+    with Evaluator(the_task, resolve_device("cuda"), EvalOptions(spare_process=True)) as evaluator:
         start = time.monotonic()
         first = evaluator.evaluate(ws)
         first_s = time.monotonic() - start

@@ -93,7 +93,8 @@ def open_evaluator(task, options: RunOptions, device_kind: str) -> tuple[object,
     from cudagent.hardware import resolve_device
 
     device = resolve_device(device_kind)
-    return LocalEvaluator(task, device, EvalOptions(fork_server=options.settings.fork_server)), device.to_dict(), None
+    evaluator = LocalEvaluator(task, device, EvalOptions(fork_server=options.settings.fork_server, spare_process=True))
+    return evaluator, device.to_dict(), None
 
 
 @dataclass

@@ -47,8 +47,7 @@ def run(args) -> dict:
         return {**out, **_optimize(args, device)}
     if args.solution is None:
         return {**out, "correct": False, "tier": -1, "error": "no solution for this task", "missing": True}
-    # One evaluation per task here: no spare process for a next one
-    options = EvalOptions(fork_server=Settings.from_env().fork_server, spare_process=False)
+    options = EvalOptions(fork_server=Settings.from_env().fork_server)
     with clock("evaluate"), Evaluator(task, device, options, null_candidates=out["null_candidates"]) as evaluator:
         verdict = evaluator.evaluate(workspace_for(resolve_candidate(Path(args.solution)), task.source))
     return {**out, **_kept(verdict)}

@@ -69,8 +69,10 @@ class EvalOptions:
     on_phase: object = None
     # Start the next evaluation's process as soon as one ends (with the fork server): it sets its CUDA context and
     # its profiler up (CUPTI: about 5 s on the H100) while the agent works, instead of in the next verification.
-    # It has never loaded candidate code; each evaluation still runs in a process of its own.
-    spare_process: bool = True
+    # It has never loaded candidate code; each evaluation still runs in a process of its own. For one agent working
+    # on the machine (`cudagent optimize`); off by default, since every open evaluator then holds a process with a
+    # CUDA context (a service with many sessions, a bench of one evaluation per task).
+    spare_process: bool = False
 
 
 class Evaluator:

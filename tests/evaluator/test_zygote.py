@@ -101,7 +101,7 @@ def test_the_next_evaluation_runs_in_the_spare_process(tmp_path):
     ws = workspace_for(resolve_candidate(tmp_path / "axpby"), task.source)
     kernel = next(p for p in sorted(ws.kernels_dir.iterdir()) if p.suffix == ".cpp")
     good = kernel.read_text()
-    with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=False)) as evaluator:
+    with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=False, spare_process=True)) as evaluator:
         kernel.write_text(good + "\nthis does not compile;\n")
         assert [v.code for v in evaluator.evaluate(ws).violations] == ["BUILD_FAILED"]
         kept = evaluator._spare
