@@ -23,6 +23,7 @@ from pathlib import Path
 from cudagent.errors import EnvironmentProblem
 from cudagent.hardware import DeviceInfo
 from cudagent.procs import Limits, physical_memory_bytes, run_bounded
+from cudagent.resources import PACKAGE_DIR
 from cudagent.workspace import EXTENSION_NAME, Workspace
 
 DEFAULT_BUILD_TIMEOUT_S = 600.0
@@ -125,7 +126,9 @@ def build_workspace(ws: Workspace, device: DeviceInfo, timeout_s: float = DEFAUL
     sources = ws.compiled_sources(cuda=tc.cuda)
     _write_if_changed(ws.build_dir / "build.ninja", _ninja_file(ws, tc, sources))
     ninja = _ninja_binary()
-    env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
+    # The compile rule runs `python -m cudagent.objcache`: this cudagent, wherever it was imported from
+    path = os.pathsep.join(p for p in (str(PACKAGE_DIR.parent), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, NINJA_STATUS="[%f/%t] ", PYTHONPATH=path)
     jobs = str(max(1, min(len(sources), os.cpu_count() or 1)))
     proc = run_bounded(
         [ninja, "-C", str(ws.build_dir), "-j", jobs],
@@ -195,9 +198,11 @@ def _ninja_file(ws: Workspace, tc: Toolchain, sources: list[Path]) -> str:
     lines = [
         "ninja_required_version = 1.3",
         f"cxx = {shlex.quote(tc.cxx)}",
+        # C++ units through the machine's compiler cache (objcache.py): same preprocessed unit, same object
+        f"objcache = {shlex.quote(sys.executable)} -m cudagent.objcache",
         f"cflags = {' '.join(cflags)}",
         "rule cxx",
-        "  command = $cxx -MMD -MF $out.d $cflags -c $in -o $out",
+        "  command = $objcache $cxx -MMD -MF $out.d $cflags -c $in -o $out",
         "  depfile = $out.d",
         "  deps = gcc",
         "  description = CXX $in",

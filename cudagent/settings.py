@@ -5,7 +5,8 @@
     CUDAGENT_PRICE_INPUT/OUTPUT   dollars per million prompt/completion tokens, to report a run's cost
 
 Build and baseline caches (CUDAGENT_CACHE_DIR) are located by cudagent.resources, which every process of an
-evaluation (parent, workers, zygote) must agree on without being told.
+evaluation (parent, workers, zygote) must agree on without being told; CUDAGENT_BUILD_CACHE=0 turns the compiler
+cache of workspace builds off (objcache.py), read by the compile command itself.
 """
 
 from __future__ import annotations

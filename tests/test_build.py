@@ -113,3 +113,43 @@ def test_missing_compiler_is_an_environment_problem(monkeypatch):
             toolchain_for(cpu)
     finally:
         toolchain_for.cache_clear()
+
+
+def _entries(cache) -> set[str]:
+    return {p.name for p in (cache / "objects").glob("*/*")} if (cache / "objects").is_dir() else set()
+
+
+def test_another_workspace_with_the_same_units_copies_them_from_the_compiler_cache(tmp_path, cpu, monkeypatch):
+    """Units that preprocess the same (whatever their comments) are a copy; one changed token compiles anew."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(cache))
+    first = make(tmp_path, "first")
+    assert build_workspace(first, cpu).ok
+    stored = _entries(cache)
+    assert len(stored) == 3  # binding.cpp, a.cpp, b.cpp
+    second = make(tmp_path, "second")
+    with open(second.kernels_dir / "a.cpp", "a") as f:
+        f.write("// a comment changes nothing the compiler sees\n")
+    result = build_workspace(second, cpu)
+    assert result.ok and len(result.recompiled) == 3 and _entries(cache) == stored
+    assert call(second, "a") == "41" and call(second, "b") == "42"
+    third = make(tmp_path, "third")
+    (third.kernels_dir / "common.h").write_text("#define VALUE 50\n")  # every unit including it differs now
+    assert build_workspace(third, cpu).ok
+    assert len(_entries(cache) - stored) == 2  # a.cpp and b.cpp; binding.cpp still a copy
+    assert call(third, "a") == "51" and call(third, "b") == "52"
+
+
+def test_the_compiler_cache_stores_no_failed_unit_and_can_be_switched_off(tmp_path, cpu, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(cache))
+    ws = make(tmp_path)
+    (ws.kernels_dir / "b.cpp").write_text("int broken( {\n")
+    result = build_workspace(ws, cpu)
+    assert not result.ok and "kernels/b.cpp:1" in result.errors
+    assert len(_entries(cache)) == 2  # binding.cpp and a.cpp compiled; b.cpp failed and is not stored
+    monkeypatch.setenv("CUDAGENT_BUILD_CACHE", "0")
+    other = make(tmp_path, "other")
+    (other.kernels_dir / "common.h").write_text("#define VALUE 7\n")
+    assert build_workspace(other, cpu).ok and call(other, "a") == "8"
+    assert len(_entries(cache)) == 2

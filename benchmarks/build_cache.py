@@ -1,0 +1,86 @@
+"""Benchmark: a workspace build with the machine's compiler cache cold, then the same sources in a second
+workspace (another episode of the same task), each run with a cache of its own.
+
+    python benchmarks/build_cache.py [--device cpu|cuda] [--task axpby] [--runs 3] [--out FILE.json]
+
+Per run: the first workspace's build (every unit compiled, and stored), the second's (every C++ unit a copy; on a
+GPU the .cu kernels still compile), and one kernel edited in the second (its unit compiles again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def workspace(task, solution: Path, root: Path):
+    from cudagent.workspace import Workspace
+
+    ws = Workspace.create(root, task.source)
+    shutil.copy(solution / "model_new.py", ws.model_new_py)
+    shutil.copytree(solution / "kernels", ws.kernels_dir, dirs_exist_ok=True)
+    return ws
+
+
+def timed_build(ws, device) -> float:
+    from cudagent.build import build_workspace
+
+    start = time.monotonic()
+    result = build_workspace(ws, device)
+    assert result.ok, result.errors
+    return round(time.monotonic() - start, 2)
+
+
+def one_run(task, solution: Path, device, scratch: Path) -> dict:
+    os.environ["CUDAGENT_CACHE_DIR"] = str(scratch / "cache")
+    cold = timed_build(workspace(task, solution, scratch / "first"), device)
+    second = workspace(task, solution, scratch / "second")
+    warm = timed_build(second, device)
+    kernel = sorted(p for p in second.kernels_dir.iterdir() if p.suffix in (".cu", ".cpp"))[0]
+    kernel.write_text(kernel.read_text() + "\nstatic int cudagent_benchmark_edit = 1;\n")
+    return {"cold_s": cold, "same_sources_other_workspace_s": warm, "one_kernel_edited_s": timed_build(second, device)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--task", default="axpby")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "build_cache.json"))
+    args = parser.parse_args()
+    from cudagent.hardware import resolve_device
+    from cudagent.task import load_task
+
+    device = resolve_device(args.device)
+    task = load_task(ROOT / "examples" / "tasks" / f"{args.task}.py")
+    solution = ROOT / "examples" / "solutions" / ("cuda" if device.is_cuda else "cpu") / args.task
+    runs = []
+    for _ in range(args.runs):
+        with tempfile.TemporaryDirectory(prefix="build-cache-") as tmp:
+            runs.append(one_run(task, solution, device, Path(tmp)))
+        print(json.dumps(runs[-1]), flush=True)
+    out = {
+        "device": device.name,
+        "machine": {"cpus": os.cpu_count(), "load_average": os.getloadavg(), "platform": platform.platform()},
+        "task": args.task,
+        "runs": runs,
+        "median": {k: statistics.median(r[k] for r in runs) for k in runs[0]},
+        "method": __doc__.strip().splitlines()[0],
+    }
+    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(out["median"]), "->", args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""A compiler cache for the C++ units of workspace builds, shared by every workspace and episode of a machine.
+
+    python -m cudagent.objcache CXX -MMD -MF OUT.d FLAGS... -c SRC -o OUT      (what build.ninja runs)
+
+An object is reused only for the same translation unit: the key is the compiler (its path, size and modification
+time), the whole command line (in build.ninja every workspace path is relative, so two workspaces give the same
+one) and the source as the preprocessor leaves it (every header expanded, comments gone, macros resolved). A unit
+that preprocesses differently, by one token, is compiled. The first units of a fresh workspace (binding.cpp, the
+kernels' `*_binding.cpp`, which include torch and took 16 s cold on the H100 host) are then a copy when another
+workspace compiled the same text before.
+
+Only g++-style units go through it (not nvcc: its device pass sees code the host preprocessor drops). Preprocessing
+costs a second or two for a unit that includes torch; on a miss that comes on top of the compile. Entries live
+under the cache directory (`objects/`), like the baseline timings: as trusted as the user account they belong to.
+CUDAGENT_BUILD_CACHE=0 compiles every unit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+DISABLE_ENV = "CUDAGENT_BUILD_CACHE"
+
+
+def _value_after(argv: list[str], flag: str) -> str | None:
+    return argv[argv.index(flag) + 1] if flag in argv and argv.index(flag) + 1 < len(argv) else None
+
+
+def _preprocess_command(argv: list[str]) -> list[str] | None:
+    """The same command, preprocessing to stdout: -c becomes -E, the output and dependency files go."""
+    if "-c" not in argv or "-o" not in argv:
+        return None
+    out, skip = [], 0
+    for arg in argv:
+        if skip:
+            skip -= 1
+            continue
+        if arg in ("-o", "-MF"):
+            skip = 1
+            continue
+        if arg == "-MMD":
+            continue
+        out.append("-E" if arg == "-c" else arg)
+    return out
+
+
+def _compiler_identity(compiler: str) -> list:
+    path = shutil.which(compiler) or compiler
+    try:
+        st = os.stat(os.path.realpath(path))
+        return [os.path.realpath(path), st.st_size, st.st_mtime_ns]
+    except OSError:
+        return [path]
+
+
+def cache_key(argv: list[str]) -> str | None:
+    """The unit's key, or None when it cannot be preprocessed (the compile then reports why)."""
+    command = _preprocess_command(argv)
+    if command is None:
+        return None
+    proc = subprocess.run(command, capture_output=True)
+    if proc.returncode != 0:
+        return None
+    digest = hashlib.sha256(json.dumps([_compiler_identity(argv[0]), argv]).encode())
+    digest.update(proc.stdout)
+    return digest.hexdigest()
+
+
+def _entry(root: Path, key: str) -> Path:
+    return root / "objects" / key[:2] / key
+
+
+def compile_unit(argv: list[str], root: Path) -> int:
+    """Compile (or copy from the cache) one unit; the compiler's exit status. Writes what the compiler printed."""
+    out, dep = _value_after(argv, "-o"), _value_after(argv, "-MF")
+    key = cache_key(argv) if out and os.environ.get(DISABLE_ENV) != "0" else None
+    entry = _entry(root, key) if key else None
+    if entry is not None and (entry / "object.o").is_file():
+        try:
+            shutil.copyfile(entry / "object.o", out)
+            if dep and (entry / "deps.d").is_file():
+                shutil.copyfile(entry / "deps.d", dep)
+            sys.stderr.write((entry / "output.txt").read_text() if (entry / "output.txt").is_file() else "")
+            return 0
+        except OSError:  # an entry that cannot be read: compile instead
+            pass
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    sys.stdout.write(proc.stdout)
+    sys.stderr.write(proc.stderr)
+    if proc.returncode == 0 and entry is not None and os.path.isfile(out):
+        try:
+            _store(entry, out, dep, proc.stdout + proc.stderr)
+        except OSError:  # a cache that cannot be written (read-only, full) costs the next build the compile only
+            pass
+    return proc.returncode
+
+
+def _store(entry: Path, out: str, dep: str | None, output: str) -> None:
+    """Written to a temporary folder and renamed into place: a reader sees a whole entry or none."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
+    shutil.copyfile(out, tmp / "object.o")
+    if dep and os.path.isfile(dep):
+        shutil.copyfile(dep, tmp / "deps.d")
+    (tmp / "output.txt").write_text(output)
+    try:
+        os.rename(tmp, entry)
+    except OSError:  # another build stored the same unit first
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> None:
+    from cudagent.resources import cache_dir
+
+    argv = sys.argv[1:]
+    if not argv:
+        sys.exit("usage: python -m cudagent.objcache COMPILER ARGS... -c SRC -o OUT")
+    sys.exit(compile_unit(argv, cache_dir()))
+
+
+if __name__ == "__main__":
+    main()
