@@ -51,6 +51,18 @@ def resolve_device(requested: str = "auto") -> DeviceInfo:
     return _cuda_info()
 
 
+def release_cached_device_memory() -> None:
+    """Hand the device memory torch's caching allocator keeps for this process back to the driver, so that the
+    processes started next (baseline workers, the candidate's) find it free. Nothing to do where CUDA is not in use."""
+    import gc
+
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
 @functools.cache
 def _cpu_info() -> DeviceInfo:
     import platform

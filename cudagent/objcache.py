@@ -9,8 +9,10 @@ that preprocesses differently, by one token, is compiled. The first units of a f
 kernels' `*_binding.cpp`, which include torch and took 16 s cold on the H100 host) are then a copy when another
 workspace compiled the same text before.
 
-Only g++-style units go through it (not nvcc: its device pass sees code the host preprocessor drops). Preprocessing
-costs a second or two for a unit that includes torch; on a miss that comes on top of the compile. Entries live
+On a miss, a unit whose first line includes a torch header compiles with a precompiled header of it (pch.py) from
+the second such miss on. Only g++-style units go through it (not nvcc: its device pass sees code the host
+preprocessor drops). Preprocessing costs a second or two for a unit that includes torch; on a miss that comes on
+top of the compile. Entries live
 under the cache directory (`objects/`), like the baseline timings: as trusted as the user account they belong to.
 CUDAGENT_BUILD_CACHE=0 compiles every unit.
 """
@@ -25,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from cudagent.pch import PchStore
 
 DISABLE_ENV = "CUDAGENT_BUILD_CACHE"
 
@@ -91,7 +95,10 @@ def compile_unit(argv: list[str], root: Path) -> int:
             return 0
         except OSError:  # an entry that cannot be read: compile instead
             pass
-    proc = subprocess.run(argv, capture_output=True, text=True)
+    run = argv
+    if entry is not None:  # a miss: a precompiled header of the unit's first include, where one applies (pch.py)
+        run = PchStore(root, _compiler_identity(argv[0])).arguments_for(argv)
+    proc = subprocess.run(run, capture_output=True, text=True)
     sys.stdout.write(proc.stdout)
     sys.stderr.write(proc.stderr)
     if proc.returncode == 0 and entry is not None and os.path.isfile(out):

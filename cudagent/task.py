@@ -101,6 +101,31 @@ class Task:
                 )
         return [x.to(device) for x in inputs]
 
+    def sizes_on_meta(self) -> TaskSizes | None:
+        """What the task's weights, inputs and output take, in bytes, found on torch's meta device (shapes only: no
+        memory, no compute); None where the task cannot be built there (it names a device, or an op has no meta
+        form). An output that cannot be found is counted as large as the inputs."""
+        import torch
+
+        try:
+            with seeded(0, "cpu"), torch.device("meta"):
+                inputs = self._call("get_inputs")
+                inputs = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
+                model = self.module.Model(*self.init_inputs())
+        except Exception:
+            return None
+        sizes = TaskSizes(
+            params=_tensor_bytes(list(model.parameters()) + list(model.buffers())), inputs=_tensor_bytes(inputs)
+        )
+        if any(isinstance(x, torch.Tensor) and x.device.type != "meta" for x in inputs):
+            return None
+        try:
+            with torch.no_grad():
+                sizes.output = _tensor_bytes(model(*inputs))
+        except Exception:
+            sizes.output = sizes.inputs
+        return sizes
+
     def run(self, model, inputs: list):
         import torch
 
@@ -119,6 +144,27 @@ class Task:
             raise
         except Exception as exc:
             raise TaskError(f"{self.filename}: {name}() raised {_describe(exc, self)}") from exc
+
+
+@dataclass
+class TaskSizes:
+    """Bytes of a task's weights (and buffers), of one draw of its inputs, and of its output."""
+
+    params: int
+    inputs: int
+    output: int = 0
+
+
+def _tensor_bytes(obj) -> int:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(x) for x in obj)
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(x) for x in obj.values())
+    return 0
 
 
 def load_task(path: Path) -> Task:

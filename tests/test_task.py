@@ -96,3 +96,34 @@ def test_randomized_state_changes_every_float_and_keeps_structure(tmp_path):
         else:
             assert (state[key] == value).all(), key  # num_batches_tracked keeps its value
     assert (state["lin.1.running_var"] > 0).all()  # variances stay positive
+
+
+BIG = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.proj = nn.Linear(n, 2 * n)
+
+    def forward(self, x):
+        return torch.relu(self.proj(x))
+
+def get_inputs():
+    return [torch.rand(1 << 20, 4096)]  # 16 GiB: drawn on the meta device, it takes no memory
+
+def get_init_inputs():
+    return [4096]
+"""
+
+
+def test_a_tasks_sizes_come_from_the_meta_device_without_memory(tmp_path):
+    sizes = load_task(write(tmp_path, BIG)).sizes_on_meta()
+    assert sizes.inputs == (1 << 20) * 4096 * 4 and sizes.output == 2 * sizes.inputs
+    assert sizes.params == (4096 * 8192 + 8192) * 4
+    named = BIG.replace("torch.rand(1 << 20, 4096)", "torch.rand(4, 4096, device='cpu')")
+    assert load_task(write(tmp_path, named, "named.py")).sizes_on_meta() is None  # names a device: unknown
+    no_meta = BIG.replace("return torch.relu(self.proj(x))", "return torch.relu(self.proj(x)).cpu().numpy()")
+    sizes = load_task(write(tmp_path, no_meta, "no_meta.py")).sizes_on_meta()
+    assert sizes.output == sizes.inputs  # an output that cannot be found counts as large as the inputs

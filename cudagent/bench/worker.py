@@ -36,21 +36,49 @@ def run(args) -> dict:
         return {**out, **_remote(args, task)}
     device = resolve_device(args.device)
     out["device"] = device.to_dict()
-    with clock("validate"), device_share(exclusive=False):
-        validate_task(task, device.kind)
-    with clock("null_check"), device_share(exclusive=False):
-        out["null_candidates"] = null_candidates(task, device.kind)
-    if args.baselines_only:
-        with clock("baselines"):
-            return {**out, **_baselines(task, device)}
-    if args.optimize:
-        return {**out, **_optimize(args, device)}
-    if args.solution is None:
-        return {**out, "correct": False, "tier": -1, "error": "no solution for this task", "missing": True}
-    options = EvalOptions(fork_server=Settings.from_env().fork_server)
-    with clock("evaluate"), Evaluator(task, device, options, null_candidates=out["null_candidates"]) as evaluator:
-        verdict = evaluator.evaluate(workspace_for(resolve_candidate(Path(args.solution)), task.source))
-    return {**out, **_kept(verdict)}
+    with _reserved(task, device, args, out):
+        with clock("validate"), device_share(exclusive=False):
+            validate_task(task, device.kind)
+        with clock("null_check"), device_share(exclusive=False):
+            out["null_candidates"] = null_candidates(task, device.kind)
+        if args.baselines_only:
+            with clock("baselines"):
+                return {**out, **_baselines(task, device)}
+        if args.optimize:
+            return {**out, **_optimize(args, device)}
+        if args.solution is None:
+            return {**out, "correct": False, "tier": -1, "error": "no solution for this task", "missing": True}
+        options = EvalOptions(fork_server=Settings.from_env().fork_server)
+        with clock("evaluate"), Evaluator(task, device, options, null_candidates=out["null_candidates"]) as evaluator:
+            verdict = evaluator.evaluate(workspace_for(resolve_candidate(Path(args.solution)), task.source))
+        return {**out, **_kept(verdict)}
+
+
+@contextlib.contextmanager
+def _reserved(task, device, args, out: dict):
+    """The task's expected device memory reserved among the tasks sharing its GPU (device_memory.py), for all of
+    its work on the device; on the CPU, or with one task per GPU, nothing is reserved."""
+    from cudagent.device_memory import device_budget_bytes, expected_task_bytes, memory_reservation
+    from cudagent.device_share import LOCK_ENV
+    from cudagent.evaluator.measure import sets_for
+
+    if not device.is_cuda or not os.environ.get(LOCK_ENV):
+        yield
+        return
+    import torch
+
+    sizes = task.sizes_on_meta()
+    if sizes is None:  # not measurable on the meta device: counted as taking the device alone
+        need = budget = device_budget_bytes()
+    else:
+        sets = sets_for(sizes.inputs, torch.device("cuda"))
+        need = expected_task_bytes(sizes.params, sizes.inputs, sizes.output, sets, not args.baselines_only)
+        budget = device_budget_bytes()
+    out["memory_reserved_gb"] = round(need / 2**30, 2)
+    start = time.monotonic()
+    with memory_reservation(need, budget):
+        out["phases_s"]["memory_wait"] = round(time.monotonic() - start, 2)
+        yield
 
 
 class _Clock:

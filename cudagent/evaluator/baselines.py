@@ -17,8 +17,10 @@ import secrets
 import threading
 from dataclasses import asdict, dataclass
 
+import torch
+
 from cudagent.device_share import device_share
-from cudagent.evaluator.measure import INPUT_SETS, Plan
+from cudagent.evaluator.measure import INPUT_SETS, Plan, sets_for
 from cudagent.evaluator.session import ChildFailure, ChildProcess
 from cudagent.evaluator.verdict import TimeStats
 from cudagent.hardware import DeviceInfo
@@ -26,7 +28,7 @@ from cudagent.resources import cache_dir
 from cudagent.task import Task
 
 # Bump when the measurement changes, so timings measured the old way are not compared with new ones.
-PROTOCOL_VERSION = "4"
+PROTOCOL_VERSION = "5"
 WORKER_TIMEOUT_S = 1200.0
 BREAKDOWN_ITERATIONS = 20
 TARGETS = ("eager", "compile")
@@ -171,10 +173,23 @@ class Baselines:
             if target not in self._memo and (cached := self._cached(target)) is not None:
                 self._memo[target] = cached
         todo = [t for t in TARGETS if t not in self._memo]
+        if todo and self.one_at_a_time():  # each worker prepared, timed and closed before the next starts
+            for target in todo:
+                failed = self._prepare([target])
+                self._memo[target] = None if failed else self._measure(target)
+                self.workers[target].close()
+            return dict(self._memo)
         failed = self._prepare(todo)
         for target in todo:
             self._memo[target] = None if target in failed else self._measure(target)
         return dict(self._memo)
+
+    def one_at_a_time(self) -> bool:
+        """Whether the two workers run one after the other rather than side by side: when the task's inputs are so
+        large that a timing takes a single set of them (measure.sets_for; KernelBench's 6.4 GB ReLU input), two
+        workers at once would hold two copies of everything on the device, for little time saved."""
+        sizes = self.task.sizes_on_meta()
+        return sizes is not None and sets_for(sizes.inputs, torch.device(self.device.kind)) == 1
 
     def _prepare(self, targets: list[str]) -> set[str]:
         """Start and prepare the targets' workers side by side (each a process of its own: starting one is seconds of

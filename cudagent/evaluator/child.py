@@ -288,8 +288,12 @@ class Harness:
         return {}
 
     def op_reference_sets(self, msg: dict) -> dict:
-        self.timing_sets = [self.task.make_inputs(int(s), msg["device"]) for s in msg["seeds"]]
-        return {}
+        """Draw the timing's input sets from the parent's seeds: as many as measure.draw_input_sets takes."""
+        seeds = msg["seeds"]
+        self.timing_sets = measure.draw_input_sets(
+            lambda i: self.task.make_inputs(int(seeds[i]), msg["device"]), self.device
+        )
+        return {"sets": len(self.timing_sets)}
 
     def op_peaks(self, msg: dict) -> dict:
         from cudagent.evaluator.peak_rates import measure_peaks

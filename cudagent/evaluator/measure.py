@@ -28,6 +28,10 @@ LEAD_FLOOR_MS = 0.03
 LEAD_CAP_MS = 50.0
 # Input sets rotated through a timing loop, so no sample finds its inputs in cache from the sample before.
 INPUT_SETS = 3
+# One set only where a set is this many times the flush buffer: the call's own traffic then leaves next to none of
+# its inputs in cache, and two more sets would cost the task gigabytes of device memory (KernelBench's ReLU draws
+# 6.4 GB per set; the candidate's process keeps each set twice). The flush before every sample stays.
+ONE_SET_FLUSH_MULTIPLE = 8
 
 
 @dataclass
@@ -50,14 +54,30 @@ class Plan:
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
+def default_flush_bytes(device: torch.device) -> int:
+    """Twice the device's L2 (at least 64 MiB) on CUDA; CPU_FLUSH_BYTES on the CPU."""
+    if device.type == "cuda":
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 1024 * 1024)
+        return max(2 * l2, 64 * 1024 * 1024)
+    return CPU_FLUSH_BYTES
+
+
 def flush_buffer(device: torch.device, nbytes: int) -> torch.Tensor:
-    if not nbytes:
-        if device.type == "cuda":
-            l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 1024 * 1024)
-            nbytes = max(2 * l2, 64 * 1024 * 1024)
-        else:
-            nbytes = CPU_FLUSH_BYTES
-    return torch.empty(nbytes // 4, dtype=torch.float32, device=device)
+    return torch.empty((nbytes or default_flush_bytes(device)) // 4, dtype=torch.float32, device=device)
+
+
+def sets_for(set_bytes: int, device: torch.device) -> int:
+    """How many input sets a timing rotates: INPUT_SETS, or one when a set takes ONE_SET_FLUSH_MULTIPLE times the
+    flush buffer or more (the candidate and the baselines of a task get the same number: it depends only on the
+    task's input sizes and the device)."""
+    return 1 if set_bytes >= ONE_SET_FLUSH_MULTIPLE * default_flush_bytes(device) else INPUT_SETS
+
+
+def draw_input_sets(draw, device: torch.device) -> list[list]:
+    """The input sets of a timing (`sets_for`): `draw(i)` gives set i."""
+    first = draw(0)
+    nbytes = sum(x.numel() * x.element_size() for x in first if isinstance(x, torch.Tensor))
+    return [first] + [draw(i) for i in range(1, sets_for(nbytes, device))]
 
 
 def measure(call, n_sets: int, device: torch.device, plan: Plan, before_call=None) -> dict:

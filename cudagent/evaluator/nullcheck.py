@@ -16,14 +16,22 @@ import secrets
 import torch
 
 from cudagent.evaluator.compare import Tolerance, compare
+from cudagent.hardware import release_cached_device_memory
 from cudagent.task import Task
 
 DRAWS = 3
 
 
 def null_candidates(task: Task, device: str, tol: Tolerance | None = None) -> list[str]:
-    """The names of the null candidates that pass; empty for a sound task."""
-    tol = tol or Tolerance()
+    """The names of the null candidates that pass; empty for a sound task. The device memory the draws took is
+    handed back afterwards: baseline workers and candidates start next, in processes of their own."""
+    try:
+        return _passing(task, device, tol or Tolerance())
+    finally:
+        release_cached_device_memory()
+
+
+def _passing(task: Task, device: str, tol: Tolerance) -> list[str]:
     first = _draw(task, device)[1]
     if not isinstance(first, torch.Tensor) or not first.is_floating_point():
         return []

@@ -28,11 +28,13 @@ import secrets
 import time
 from dataclasses import asdict, dataclass, field
 
+import torch
+
 from cudagent.evaluator.baselines import Baseline, BaselineError, Baselines, Measurement
 from cudagent.evaluator.compare import Tolerance, compare
 from cudagent.evaluator.judge import Extension, judge_tampering
 from cudagent.evaluator.link_audit import kernel_base_name
-from cudagent.evaluator.measure import INPUT_SETS, Plan
+from cudagent.evaluator.measure import INPUT_SETS, Plan, draw_input_sets
 from cudagent.evaluator.peaks import Peaks
 from cudagent.evaluator.roofline import TaskCost, achieved, floor_ms
 from cudagent.evaluator.session import ChildProcess
@@ -87,7 +89,9 @@ class Profiler:
         """Time the candidate loaded in `child`; fill v.time_ms, speedups, tier and v.timing."""
         baselines = self.baselines.get()
         v.notes.extend(n for n in self.baselines.notes if n not in v.notes)
-        sets = [self.task.make_inputs(secrets.randbits(62), self.device.kind) for _ in range(INPUT_SETS)]
+        sets = draw_input_sets(
+            lambda _: self.task.make_inputs(secrets.randbits(62), self.device.kind), torch.device(self.device.kind)
+        )
         self.specs = [InputSpec.of(s) for s in sets]
         meas = self._time(child, ref_model, sets, v)
         if meas is None or not v.correct:

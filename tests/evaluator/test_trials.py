@@ -50,3 +50,24 @@ def test_a_baseline_is_compared_on_its_device_time_the_candidate_on_the_larger()
     assert Baseline(host_bound).compared_ms == 0.05
     assert host_bound.stats.median == 0.2  # still reported
     assert "the candidate: per call, the larger of its device time and its host enqueue time" in COMPARED
+
+
+def test_inputs_far_larger_than_the_flush_buffer_are_timed_as_one_set():
+    """Three rotated sets, unless a set takes ONE_SET_FLUSH_MULTIPLE flush buffers (KernelBench's 6.4 GB ReLU input):
+    the candidate and the baselines of a task then get one set each, and the task a third of the device memory."""
+    from cudagent.evaluator.measure import INPUT_SETS, ONE_SET_FLUSH_MULTIPLE, default_flush_bytes, draw_input_sets
+
+    cpu = torch.device("cpu")
+    limit = ONE_SET_FLUSH_MULTIPLE * default_flush_bytes(cpu)
+    drawn = []
+
+    def draw(size):
+        def one(i):
+            drawn.append(i)
+            return [torch.empty(size // 4, dtype=torch.float32), 3]  # untouched pages: no memory is used
+
+        return one
+
+    assert len(draw_input_sets(draw(limit - 4), cpu)) == INPUT_SETS == 3 and drawn == [0, 1, 2]
+    drawn.clear()
+    assert len(draw_input_sets(draw(limit), cpu)) == 1 and drawn == [0]

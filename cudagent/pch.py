@@ -1,0 +1,193 @@
+"""Precompiled headers for the torch-including C++ units of workspace builds (objcache.py asks on a miss).
+
+A kernel's `*_binding.cpp` starts by including a torch header (torch/types.h, torch/extension.h) and spends about
+half of its compile (16 s on the H100 host) reading it. GCC's own mechanism takes that half away: a directory
+searched before torch's holds `X.gch` for the unit's first header X, and GCC uses it only when the unit reaches
+that include in the state the PCH was made in (macros, options); otherwise it reads the header as usual.
+
+When one is made: the first miss of a (compiler, flags, header) on a machine compiles as usual and is counted; the
+second makes the PCH (about 450 MB and 24 s for torch/types.h on two cores; other units that want it wait for it),
+so a header used once never costs that. After that every unit that starts with X and misses the object cache
+compiles with it (8 s instead of 17 s for axpby's unit on two cores; the object is byte for byte the same).
+
+What keeps it exact, beside GCC's own check:
+- the PCH is made from a stub `#include <X>` with the unit's flags less its `-I` folders (the workspace), so it
+  holds only what the system include folders give, and one workspace's files never reach another's build;
+- a unit uses it only where none of its `-I` folders has a file standing in front of one the PCH read (a
+  workspace's own `c10/...` header is read, not torch's), and only while every file it read still has its size
+  and modification time (torch upgraded in place: the PCH is made again).
+CUDAGENT_BUILD_CACHE=0 turns it off with the object cache.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+# Only headers heavy enough to be worth hundreds of megabytes: torch's, and pybind11 (which torch's include).
+HEAVY_PREFIXES = ("torch/", "ATen/", "c10/", "pybind11/")
+MISSES_BEFORE_PCH = 2
+_INCLUDE = re.compile(r"#\s*include\s*<([^>\s]+)>\s*$")
+
+
+def leading_system_include(text: str) -> str | None:
+    """X when the unit's first preprocessing directive is `#include <X>` of a heavy header; else None."""
+    in_comment = False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if in_comment:
+            if "*/" not in line:
+                continue
+            line, in_comment = line.split("*/", 1)[1].strip(), False
+        while line.startswith("/*"):
+            if "*/" not in line:
+                in_comment, line = True, ""
+                break
+            line = line.split("*/", 1)[1].strip()
+        if not line or line.startswith("//"):
+            continue
+        match = _INCLUDE.match(line.split("//", 1)[0].strip())
+        header = match.group(1) if match else None
+        return header if header and header.startswith(HEAVY_PREFIXES) else None
+    return None
+
+
+def _split(argv: list[str]) -> tuple[str, list[str], list[str], str] | None:
+    """(compiler, flags for the PCH, the unit's -I folders, source) of `CXX ... -c SRC -o OUT`; None otherwise."""
+    if "-c" not in argv or argv.index("-c") + 1 >= len(argv):
+        return None
+    source = argv[argv.index("-c") + 1]
+    flags, local, skip = [], [], 0
+    args = argv[1:]
+    for i, arg in enumerate(args):
+        if skip:
+            skip -= 1
+            continue
+        if arg in ("-o", "-MF"):
+            skip = 1
+        elif arg == "-c":
+            skip = 1  # and the source after it
+        elif arg == "-I" and i + 1 < len(args):
+            local.append(args[i + 1])
+            skip = 1
+        elif arg.startswith("-I"):
+            local.append(arg[2:])
+        elif arg != "-MMD":
+            flags.append(arg)
+    return argv[0], flags, local, source
+
+
+def _system_dirs(flags: list[str]) -> list[str]:
+    return [os.path.realpath(flags[i + 1]) for i, a in enumerate(flags[:-1]) if a == "-isystem"]
+
+
+class PchStore:
+    """The PCHs of a machine, under `root/pch/<key>/` (key: compiler identity, flags and header)."""
+
+    def __init__(self, root: Path, compiler_identity: list):
+        self.root, self.identity = Path(root) / "pch", compiler_identity
+
+    def arguments_for(self, argv: list[str]) -> list[str]:
+        """`argv` with the PCH's folder searched first, when one applies (made now if this is its second miss);
+        `argv` unchanged otherwise."""
+        split = _split(argv)
+        if split is None:
+            return argv
+        compiler, flags, local, source = split
+        try:
+            header = leading_system_include(Path(source).read_text(errors="replace"))
+        except OSError:
+            return argv
+        if header is None:
+            return argv
+        entry = self.root / hashlib.sha256(json.dumps([self.identity, flags, header]).encode()).hexdigest()[:32]
+        try:
+            manifest = self._ready(entry, compiler, flags, header)
+        except OSError:  # a cache that cannot be written or read: compile without
+            return argv
+        if manifest is None or self._shadowed(manifest, local):
+            return argv
+        return [compiler, "-isystem", str(entry / "include"), *argv[1:]]
+
+    def _ready(self, entry: Path, compiler: str, flags: list[str], header: str) -> dict | None:
+        """The entry's manifest when its PCH is there and current; made here on the second miss."""
+        manifest = _current(entry)
+        if manifest is not None:
+            return manifest
+        entry.mkdir(parents=True, exist_ok=True)
+        with open(entry / "misses", "a") as f:
+            f.write("1\n")
+        if (entry / "misses").read_text().count("\n") < MISSES_BEFORE_PCH or (entry / "failed").exists():
+            return None
+        with open(entry.parent / f"{entry.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one process makes it; the others wait for it and use it
+            return _current(entry) or _make(entry, compiler, flags, header)
+
+    @staticmethod
+    def _shadowed(manifest: dict, local: list[str]) -> bool:
+        """Whether one of the unit's -I folders has a file that it would read instead of one the PCH holds."""
+        systems = manifest["system_dirs"]
+        for folder in local:
+            for path, _size, _mtime in manifest["deps"]:
+                under = [s for s in systems if path.startswith(s + os.sep)]
+                if under and os.path.lexists(os.path.join(folder, os.path.relpath(path, max(under, key=len)))):
+                    return True
+        return False
+
+
+def _current(entry: Path) -> dict | None:
+    try:
+        manifest = json.loads((entry / "manifest.json").read_text())
+        if not (entry / "include" / (manifest["header"] + ".gch")).is_file():
+            return None
+        for path, size, mtime in manifest["deps"]:
+            st = os.stat(path)
+            if (st.st_size, st.st_mtime_ns) != (size, mtime):
+                return None
+        return manifest
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _make(entry: Path, compiler: str, flags: list[str], header: str) -> dict | None:
+    """Compile the stub into `include/<header>.gch` and write the manifest of what it read; None if it fails (then
+    never tried again for this entry: the units compile as they would without it)."""
+    stub = entry / "stub.h"
+    stub.write_text(f"#include <{header}>\n")
+    gch = entry / "include" / (header + ".gch")
+    gch.unlink(missing_ok=True)  # a stale one goes before the new manifest is written
+    gch.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".gch", dir=gch.parent)
+    os.close(fd)
+    deps_file = entry / "stub.d"
+    proc = subprocess.run(
+        [compiler, *flags, "-x", "c++-header", str(stub), "-o", tmp, "-MD", "-MF", str(deps_file)],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        Path(tmp).unlink(missing_ok=True)  # g++ removes its output on an error
+        (entry / "failed").write_text(proc.stderr[-4000:])
+        return None
+    deps = []
+    for path in _make_deps(deps_file.read_text()):
+        real = os.path.realpath(path)
+        if real != str(stub.resolve()):
+            st = os.stat(real)
+            deps.append([real, st.st_size, st.st_mtime_ns])
+    manifest = {"header": header, "system_dirs": _system_dirs(flags), "deps": deps}
+    (entry / "manifest.json").write_text(json.dumps(manifest))
+    os.replace(tmp, gch)
+    return manifest
+
+
+def _make_deps(text: str) -> list[str]:
+    """The prerequisites of a make rule as GCC writes it (-MD): `target: a b \\` lines; escaped spaces kept."""
+    body = text.replace("\\\n", " ").split(":", 1)[1] if ":" in text else ""
+    return [p.replace("\\ ", " ") for p in re.findall(r"(?:\\ |[^\s])+", body)]

@@ -1,0 +1,91 @@
+"""Device memory reservations among the processes sharing a GPU (cudagent/device_memory.py), with real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from cudagent import device_memory as dm
+from cudagent.device_share import LOCK_ENV
+
+HOLD = """
+import sys, time
+from cudagent.device_memory import memory_reservation
+with memory_reservation(int(sys.argv[1]), 100):
+    print("holding", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def _env(tmp_path) -> dict:
+    from tests.agent.episodes import REPO
+
+    return {**os.environ, LOCK_ENV: str(tmp_path / "gpu0.lock"), "PYTHONPATH": str(REPO)}
+
+
+def _holder(tmp_path, nbytes: int, seconds: float, wait: bool = True) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(nbytes), str(seconds)], stdout=subprocess.PIPE, text=True, env=_env(tmp_path)
+    )
+    if wait:
+        assert proc.stdout.readline().strip() == "holding"
+    return proc
+
+
+def _ledger(tmp_path) -> dict:
+    return json.loads((tmp_path / "gpu0.lock.memory").read_text())
+
+
+def test_without_a_ledger_nothing_waits(monkeypatch):
+    monkeypatch.delenv(LOCK_ENV, raising=False)
+    with dm.memory_reservation(10**15, 1):
+        pass
+
+
+def test_what_fits_goes_together_what_does_not_waits(tmp_path, monkeypatch):
+    monkeypatch.setenv(LOCK_ENV, str(tmp_path / "gpu0.lock"))
+    other = _holder(tmp_path, 60, 2.0)
+    start = time.monotonic()
+    with dm.memory_reservation(40, 100):  # 60 + 40 fit in 100
+        assert time.monotonic() - start < 1.0
+        assert sorted(_ledger(tmp_path)["held"].values()) == [40, 60]
+    with dm.memory_reservation(41, 100):  # 60 + 41 do not: granted once the other process is done
+        assert other.poll() is not None
+        assert list(_ledger(tmp_path)["held"].values()) == [41]
+    assert _ledger(tmp_path)["held"] == {}
+
+
+def test_a_reservation_larger_than_the_budget_runs_alone_and_a_killed_holder_frees_its_part(tmp_path, monkeypatch):
+    monkeypatch.setenv(LOCK_ENV, str(tmp_path / "gpu0.lock"))
+    other = _holder(tmp_path, 10, 60.0)
+    other.kill()  # never releases: its entry is dropped once it is gone
+    other.wait()
+    start = time.monotonic()
+    with dm.memory_reservation(500, 100):
+        assert time.monotonic() - start < 1.0
+        assert list(_ledger(tmp_path)["held"].values()) == [500]
+
+
+def test_reservations_are_granted_in_the_order_asked_for(tmp_path, monkeypatch):
+    """A large reservation waiting is not passed by a small one that would fit: it does not starve."""
+    monkeypatch.setenv(LOCK_ENV, str(tmp_path / "gpu0.lock"))
+    first = _holder(tmp_path, 50, 2.0)
+    large = _holder(tmp_path, 80, 0.5, wait=False)  # 50 + 80 > 100: waits for the first
+    while not _ledger(tmp_path)["queue"]:
+        time.sleep(0.05)
+    with dm.memory_reservation(10, 100):  # would fit beside the first, but the large one asked before
+        assert first.poll() is not None
+        assert large.stdout.readline().strip() == "holding"
+    large.wait()
+
+
+def test_the_expected_bytes_of_a_task():
+    gib = 2**30
+    alone = dm.expected_task_bytes(0, 8 * gib, 8 * gib, sets=1, with_candidate=False)
+    assert alone == 8 * gib + 24 * gib + dm.PROCESS_BYTES  # one reference worker at a time
+    small = dm.expected_task_bytes(gib, gib, gib, sets=3, with_candidate=False)
+    assert small == 2 * (gib + 3 * gib + 3 * gib + dm.PROCESS_BYTES)  # both side by side
+    assert dm.expected_task_bytes(gib, gib, gib, sets=3, with_candidate=True) > small
