@@ -166,9 +166,28 @@ class Baselines:
         }
         self._memo: dict[str, Baseline | None] = {}
         self.notes: list[str] = []
+        self._warming: threading.Thread | None = None
+
+    def warm_in_background(self) -> None:
+        """Start and prepare, in a thread, the workers of baselines that came from the cache (their process is
+        needed again only by the interleaved confirmation and the settling of a fast candidate, and starting one
+        there is seconds of `import torch` and compiling with the device held alone): they get ready while the
+        candidate builds and is verified. Not for a task drawn as one input set: its workers would hold gigabytes
+        beside the candidate's. `wait_warm()` before anything that takes the device alone."""
+        todo = [t for t in TARGETS if self._memo.get(t) is not None and self.workers[t].child is None]
+        if not todo or self._warming is not None or self.one_at_a_time():
+            return
+        self._warming = threading.Thread(target=self._prepare, args=(todo,), name="warm-baselines", daemon=True)
+        self._warming.start()
+
+    def wait_warm(self) -> None:
+        if self._warming is not None:
+            self._warming.join()
+            self._warming = None
 
     def get(self) -> dict[str, Baseline | None]:
         """{"eager": ..., "compile": ...}; a baseline that cannot be timed is None (see `notes` for why)."""
+        self.wait_warm()
         for target in TARGETS:
             if target not in self._memo and (cached := self._cached(target)) is not None:
                 self._memo[target] = cached
@@ -263,9 +282,11 @@ class Baselines:
 
     def measure(self, target: str, plan: Plan) -> Measurement:
         """Time a baseline now, in its own clean worker."""
+        self.wait_warm()
         return self.workers[target].measure(target, plan)
 
     def close(self) -> None:
+        self.wait_warm()
         for worker in self.workers.values():
             worker.close()
 

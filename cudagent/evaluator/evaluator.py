@@ -238,6 +238,7 @@ class Evaluator:
                 self._phase("timing the candidate")
                 t1 = time.monotonic()
                 profiler = self._profiler()
+                self.baselines.wait_warm()  # before the device is held alone: the warming thread shares it
                 with device_share(exclusive=True):
                     profiler.run(child, ref, runner.ext, v)
                 v.seconds["timing"] = round(time.monotonic() - t1, 3)
@@ -346,6 +347,7 @@ class Evaluator:
                 model = self.task.build_model(secrets.randbits(62), self.device.kind)
                 inputs = self.task.make_inputs(secrets.randbits(62), self.device.kind)
                 self._cost = task_cost(model, inputs, self.task.run(model, inputs))
+        self.baselines.warm_in_background()  # cached baselines: their workers get ready during the build
 
     def _profiler(self) -> Profiler:
         return Profiler(
