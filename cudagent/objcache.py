@@ -14,7 +14,8 @@ the second such miss on. Only g++-style units go through it (not nvcc: its devic
 preprocessor drops). Preprocessing costs a second or two for a unit that includes torch; on a miss that comes on
 top of the compile. Entries live
 under the cache directory (`objects/`), like the baseline timings: as trusted as the user account they belong to.
-CUDAGENT_BUILD_CACHE=0 compiles every unit.
+CUDAGENT_BUILD_CACHE=0 compiles every unit. The cache keeps to CUDAGENT_BUILD_CACHE_MAX_GB (default 8): now and
+then a store removes the least recently used entries.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -31,6 +33,9 @@ from pathlib import Path
 from cudagent.pch import PchStore
 
 DISABLE_ENV = "CUDAGENT_BUILD_CACHE"
+MAX_ENV = "CUDAGENT_BUILD_CACHE_MAX_GB"
+DEFAULT_MAX_GB = 8.0
+TRIM_EVERY = 16  # stores, on average, between two checks of the cache's size
 
 
 def _value_after(argv: list[str], flag: str) -> str | None:
@@ -88,6 +93,7 @@ def compile_unit(argv: list[str], root: Path) -> int:
     entry = _entry(root, key) if key else None
     if entry is not None and (entry / "object.o").is_file():
         try:
+            os.utime(entry)  # recently used: the last to go when the cache is trimmed
             shutil.copyfile(entry / "object.o", out)
             if dep and (entry / "deps.d").is_file():
                 shutil.copyfile(entry / "deps.d", dep)
@@ -104,9 +110,45 @@ def compile_unit(argv: list[str], root: Path) -> int:
     if proc.returncode == 0 and entry is not None and os.path.isfile(out):
         try:
             _store(entry, out, dep, proc.stdout + proc.stderr)
+            if secrets.randbelow(TRIM_EVERY) == 0:
+                trim(root, max_bytes())
         except OSError:  # a cache that cannot be written (read-only, full) costs the next build the compile only
             pass
     return proc.returncode
+
+
+def max_bytes() -> int:
+    """The size the build cache (objects and precompiled headers) is trimmed to: CUDAGENT_BUILD_CACHE_MAX_GB."""
+    try:
+        gb = float(os.environ.get(MAX_ENV) or DEFAULT_MAX_GB)
+    except ValueError:
+        gb = DEFAULT_MAX_GB
+    return int(gb * 2**30)
+
+
+def trim(root: Path, limit: int) -> list[Path]:
+    """Remove the least recently used entries (objects, precompiled headers) until the cache holds at most 80% of
+    `limit` bytes, if it holds more than `limit`; the entries removed. A build reading one as it goes compiles
+    instead; one using a precompiled header keeps the file it opened."""
+    entries = []
+    for folder in list((root / "objects").glob("??/*")) + list((root / "pch").glob("*")):
+        if folder.is_dir() and not folder.name.startswith(".tmp-"):
+            try:
+                size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+                entries.append((folder.stat().st_mtime, size, folder))
+            except OSError:  # removed meanwhile
+                continue
+    total = sum(size for _, size, _ in entries)
+    removed = []
+    if total <= limit:
+        return removed
+    for _, size, folder in sorted(entries, key=lambda e: e[0]):
+        if total <= 0.8 * limit:
+            break
+        shutil.rmtree(folder, ignore_errors=True)
+        total -= size
+        removed.append(folder)
+    return removed
 
 
 def _store(entry: Path, out: str, dep: str | None, output: str) -> None:

@@ -119,11 +119,14 @@ class PchStore:
         """The entry's manifest when its PCH is there and current; made here on the second miss."""
         manifest = _current(entry)
         if manifest is not None:
+            os.utime(entry)  # recently used (objcache.trim)
             return manifest
+        if (entry / "failed").exists():
+            return None
         entry.mkdir(parents=True, exist_ok=True)
         with open(entry / "misses", "a") as f:
             f.write("1\n")
-        if (entry / "misses").read_text().count("\n") < MISSES_BEFORE_PCH or (entry / "failed").exists():
+        if (entry / "misses").read_text().count("\n") < MISSES_BEFORE_PCH:
             return None
         with open(entry.parent / f"{entry.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one process makes it; the others wait for it and use it
