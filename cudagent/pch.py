@@ -13,8 +13,9 @@ compiles with it (8 s instead of 17 s for axpby's unit on two cores; the object 
 What keeps it exact, beside GCC's own check:
 - the PCH is made from a stub `#include <X>` with the unit's flags less its `-I` folders (the workspace), so it
   holds only what the system include folders give, and one workspace's files never reach another's build;
-- a unit uses it only where none of its `-I` folders has a file standing in front of one the PCH read (a
-  workspace's own `c10/...` header is read, not torch's), and only while every file it read still has its size
+- a unit uses it only where none of its `-I` folders has a file standing in front of one the PCH read, under
+  any of the compiler's search folders (a workspace's own `c10/...` or `vector` is read, not torch's or the
+  standard library's), and only while every file it read still has its size
   and modification time (torch upgraded in place: the PCH is made again).
 CUDAGENT_BUILD_CACHE=0 turns it off with the object cache.
 """
@@ -83,8 +84,19 @@ def _split(argv: list[str]) -> tuple[str, list[str], list[str], str] | None:
     return argv[0], flags, local, source
 
 
-def _system_dirs(flags: list[str]) -> list[str]:
-    return [os.path.realpath(flags[i + 1]) for i, a in enumerate(flags[:-1]) if a == "-isystem"]
+def _search_dirs(compiler: str, flags: list[str]) -> list[str]:
+    """Every folder the compiler searches for `#include <...>` with these flags (the -isystem ones and its own),
+    as it prints them with -v."""
+    proc = subprocess.run(
+        [compiler, *flags, "-E", "-x", "c++", "-", "-v", "-o", os.devnull], input="", capture_output=True, text=True
+    )
+    lines = proc.stderr.splitlines()
+    try:
+        first = lines.index("#include <...> search starts here:") + 1
+        last = lines.index("End of search list.")
+    except ValueError:
+        return []
+    return [os.path.realpath(ln.strip()) for ln in lines[first:last]]
 
 
 class PchStore:
@@ -139,7 +151,10 @@ class PchStore:
         for folder in local:
             for path, _size, _mtime in manifest["deps"]:
                 under = [s for s in systems if path.startswith(s + os.sep)]
-                if under and os.path.lexists(os.path.join(folder, os.path.relpath(path, max(under, key=len)))):
+                if not under:  # reached some other way: no telling what a workspace file could stand in for
+                    return True
+                # any name it was included by: the path under each search folder it lies in
+                if any(os.path.lexists(os.path.join(folder, os.path.relpath(path, s))) for s in under):
                     return True
         return False
 
@@ -184,7 +199,7 @@ def _make(entry: Path, compiler: str, flags: list[str], header: str) -> dict | N
         if real != str(stub.resolve()):
             st = os.stat(real)
             deps.append([real, st.st_size, st.st_mtime_ns])
-    manifest = {"header": header, "system_dirs": _system_dirs(flags), "deps": deps}
+    manifest = {"header": header, "system_dirs": _search_dirs(compiler, flags), "deps": deps}
     (entry / "manifest.json").write_text(json.dumps(manifest))
     os.replace(tmp, gch)
     return manifest

@@ -108,6 +108,10 @@ def test_gcc_reads_it_and_a_workspace_header_in_front_of_one_it_read_turns_it_of
     (tree / "ws" / "pybind11").mkdir()
     (tree / "ws" / "pybind11" / "inner.h").write_text(INNER % 99)
     assert store.arguments_for(_argv(tree, "one")) == _argv(tree, "one")
+    (tree / "ws" / "pybind11" / "inner.h").unlink()
+    assert store.arguments_for(_argv(tree, "one")) != _argv(tree, "one")
+    (tree / "ws" / "map").write_text("#error the workspace's own <map>\n")  # stands in front of the standard one
+    assert store.arguments_for(_argv(tree, "one")) == _argv(tree, "one")
 
 
 def test_a_header_changed_in_place_makes_it_again(tree):
