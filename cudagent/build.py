@@ -37,6 +37,9 @@ TORCH_NVCC_FLAGS = (
     "--expt-relaxed-constexpr",
 )
 MAX_ERROR_LINES = 60
+# nvcc's host pass (cudafe++, then the host compiler) and its device pass (cicc, ptxas) are independent until the
+# end: with two threads they run side by side (one architecture: more would have nothing to do).
+NVCC_THREADS = ("--threads", "2")
 
 
 @dataclass
@@ -211,6 +214,7 @@ def _ninja_file(ws: Workspace, tc: Toolchain, sources: list[Path]) -> str:
         nvcc_flags = defines + includes + extra_inc + list(TORCH_NVCC_FLAGS)
         nvcc_flags += [f"-gencode=arch=compute_{tc.arch[3:]},code={tc.arch}"]
         nvcc_flags += ["--compiler-options", "'-fPIC'", "-O3", "--use_fast_math", "-lineinfo", "-std=c++20"]
+        nvcc_flags += list(NVCC_THREADS)
         ldflags += ["-lc10_cuda", "-ltorch_cuda", "-lcudart", "-lcublas", "-lcublasLt"] + extra_ld
         lines += [
             f"nvcc = {shlex.quote(tc.nvcc)}",

@@ -3,7 +3,8 @@
 A kernel's `*_binding.cpp` starts by including a torch header (torch/types.h, torch/extension.h) and spends about
 half of its compile (16 s on the H100 host) reading it. GCC's own mechanism takes that half away: a directory
 searched before torch's holds `X.gch` for the unit's first header X, and GCC uses it only when the unit reaches
-that include in the state the PCH was made in (macros, options); otherwise it reads the header as usual.
+that include in the state the PCH was made in (macros, options); otherwise, and for every later `#include <X>`, it
+reads the `X` beside it, which includes the real header (`#include_next`).
 
 When one is made: the first miss of a (compiler, flags, header) on a machine compiles as usual and is counted; the
 second makes the PCH (about 450 MB and 24 s for torch/types.h on two cores; other units that want it wait for it),
@@ -162,7 +163,8 @@ class PchStore:
 def _current(entry: Path) -> dict | None:
     try:
         manifest = json.loads((entry / "manifest.json").read_text())
-        if not (entry / "include" / (manifest["header"] + ".gch")).is_file():
+        include = entry / "include" / manifest["header"]
+        if not (include.is_file() and include.with_name(include.name + ".gch").is_file()):
             return None
         for path, size, mtime in manifest["deps"]:
             st = os.stat(path)
@@ -201,6 +203,11 @@ def _make(entry: Path, compiler: str, flags: list[str], header: str) -> dict | N
             deps.append([real, st.st_size, st.st_mtime_ns])
     manifest = {"header": header, "system_dirs": _search_dirs(compiler, flags), "deps": deps}
     (entry / "manifest.json").write_text(json.dumps(manifest))
+    # Where GCC finds X.gch it also looks for X: once more for any later `#include <X>` (which the PCH cannot
+    # serve), and for the first one when the PCH does not fit the unit. This X hands both to the real header.
+    (entry / "include" / header).write_text(
+        f"// precompiled by cudagent (pch.py): the header itself\n#include_next <{header}>\n"
+    )
     os.replace(tmp, gch)
     return manifest
 

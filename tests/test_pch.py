@@ -91,7 +91,7 @@ def test_made_on_the_second_miss_and_the_object_is_the_same(tree):
 
 
 def _uses_pch(tree, cache, name) -> bool:
-    argv = PchStore(cache, ["g++"]).arguments_for(_argv(tree, name))
+    argv = PchStore(cache, _compiler_identity("g++")).arguments_for(_argv(tree, name))
     proc = subprocess.run(argv[:-2] + ["-o", os.devnull, "-H"], cwd=tree / "ws" / "build", capture_output=True)
     return b"! " in proc.stderr and b"heavy.h.gch" in proc.stderr
 
@@ -100,7 +100,7 @@ def test_gcc_reads_it_and_a_workspace_header_in_front_of_one_it_read_turns_it_of
     cache = tree / "cache"
     for name in ("one", "two"):
         (tree / "ws" / f"{name}.cpp").write_text(UNIT % name)
-    store = PchStore(cache, ["g++"])
+    store = PchStore(cache, _compiler_identity("g++"))
     for name in ("one", "two"):
         store.arguments_for(_argv(tree, name))  # two misses: made
     assert _uses_pch(tree, cache, "one")
@@ -131,8 +131,22 @@ def test_a_header_changed_in_place_makes_it_again(tree):
 def test_a_header_that_does_not_compile_is_tried_once(tree):
     cache = tree / "cache"
     (tree / "system" / "pybind11" / "heavy.h").write_text(HEAVY + "#ifndef UNIT_OK\n#error needs UNIT_OK\n#endif\n")
-    store = PchStore(cache, ["g++"])
+    store = PchStore(cache, _compiler_identity("g++"))
     for name in ("x", "y", "z"):
         (tree / "ws" / f"{name}.cpp").write_text(UNIT % name)
         assert store.arguments_for(_argv(tree, name)) == _argv(tree, name)
     assert len(list(cache.glob("pch/*/failed"))) == 1 and not _gch(cache)
+
+
+def test_a_header_included_again_after_the_pch_is_read_from_its_real_place(tree):
+    """GCC looks for X beside X.gch whenever X is included again (a PCH serves only the first include): the header
+    there hands it to the real one, whose guard makes it a no-op."""
+    cache = tree / "cache"
+    _compile(tree, "a", cache)
+    _compile(tree, "b", cache)  # made
+    assert _gch(cache)
+    twice = UNIT.replace("#include <pybind11/heavy.h>\n", "#include <pybind11/heavy.h>\n#include <pybind11/heavy.h>\n")
+    (tree / "ws" / "twice.cpp").write_text(twice % "twice")
+    assert compile_unit(_argv(tree, "twice"), cache) == 0
+    assert (tree / "ws" / "build" / "twice.o").read_bytes() == _plain_object(tree, "twice", tree / "plain.o")
+    assert _uses_pch(tree, cache, "twice")

@@ -20,7 +20,13 @@ import time
 from dataclasses import dataclass, field
 
 import cudagent.evaluator.isolation as isolation
-from cudagent.build import DEFAULT_BUILD_TIMEOUT_S, BuildResult, build_workspace, summarize_compiler_output
+from cudagent.build import (
+    DEFAULT_BUILD_TIMEOUT_S,
+    NVCC_THREADS,
+    BuildResult,
+    build_workspace,
+    summarize_compiler_output,
+)
 from cudagent.device_share import device_share
 from cudagent.evaluator.baselines import Baselines
 from cudagent.evaluator.compare import Tolerance
@@ -174,11 +180,13 @@ class Evaluator:
     def _child_env(self, ws: Workspace) -> dict[str, str]:
         """A single-file candidate's build (torch's load_inline, in the child) keeps its products in the workspace,
         builds for this device's architecture alone (torch's default adds PTX for later ones: a second device
-        compile of every kernel) and uses every core for its translation units."""
+        compile of every kernel), uses every core for its translation units, and runs nvcc's host and device
+        passes side by side (nvcc reads NVCC_APPEND_FLAGS; a candidate's own --threads wins, with a warning)."""
         env = {"TORCH_EXTENSIONS_DIR": str(ws.inline_build_dir), "MAX_JOBS": str(os.cpu_count() or 1)}
         if self.device.is_cuda and self.device.capability:
             major, minor = self.device.capability
             env["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+            env["NVCC_APPEND_FLAGS"] = " ".join(NVCC_THREADS)
         return env
 
     # ----- evaluate ---------------------------------------------------------------------------------------------
