@@ -1,5 +1,6 @@
-"""Benchmark: nvcc with its host and device passes one after the other (its default) or side by side (`--threads
-2`, what cudagent's builds pass), on the two kinds of CUDA unit cudagent compiles:
+"""Benchmark: nvcc as it comes, or with `--threads 2` (what cudagent's builds pass: the host and the device
+preprocessing run side by side; cudafe++ and cicc stay one after the other), on the two kinds of CUDA unit
+cudagent compiles:
 
     python benchmarks/nvcc_threads.py [--runs 3] [--arch sm_90] [--out FILE.json]
 

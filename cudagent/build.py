@@ -37,8 +37,9 @@ TORCH_NVCC_FLAGS = (
     "--expt-relaxed-constexpr",
 )
 MAX_ERROR_LINES = 60
-# nvcc's host pass (cudafe++, then the host compiler) and its device pass (cicc, ptxas) are independent until the
-# end: with two threads they run side by side (one architecture: more would have nothing to do).
+# nvcc with two threads preprocesses for the host and for the device side by side (a few seconds on a unit that
+# includes torch); cudafe++ and cicc stay one after the other (cicc reads the module id cudafe++ writes), and with
+# one architecture more threads would have nothing to do (benchmarks/nvcc_threads.py).
 NVCC_THREADS = ("--threads", "2")
 
 

@@ -180,8 +180,9 @@ class Evaluator:
     def _child_env(self, ws: Workspace) -> dict[str, str]:
         """A single-file candidate's build (torch's load_inline, in the child) keeps its products in the workspace,
         builds for this device's architecture alone (torch's default adds PTX for later ones: a second device
-        compile of every kernel), uses every core for its translation units, and runs nvcc's host and device
-        passes side by side (nvcc reads NVCC_APPEND_FLAGS; a candidate's own --threads wins, with a warning)."""
+        compile of every kernel), uses every core for its translation units, and lets nvcc preprocess for the host
+        and the device side by side (build.NVCC_THREADS; nvcc reads NVCC_APPEND_FLAGS; a candidate's own --threads
+        wins, with a warning)."""
         env = {"TORCH_EXTENSIONS_DIR": str(ws.inline_build_dir), "MAX_JOBS": str(os.cpu_count() or 1)}
         if self.device.is_cuda and self.device.capability:
             major, minor = self.device.capability
