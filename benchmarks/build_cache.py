@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -25,6 +23,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from run_summary import write_run_summary  # noqa: E402
 
 
 def workspace(task, solution: Path, root: Path):
@@ -87,16 +88,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="build-cache-") as tmp:
             runs.append(one_run(task, solution, device, Path(tmp)))
         print(json.dumps(runs[-1]), flush=True)
-    out = {
-        "device": device.name,
-        "machine": {"cpus": os.cpu_count(), "load_average": os.getloadavg(), "platform": platform.platform()},
-        "task": args.task,
-        "runs": runs,
-        "median": {k: statistics.median(r[k] for r in runs) for k in runs[0]},
-        "method": __doc__.strip().splitlines()[0],
-    }
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps(out["median"]), "->", args.out)
+    write_run_summary(args.out, runs, __doc__.strip().splitlines()[0], device=device.name, task=args.task)
 
 
 if __name__ == "__main__":

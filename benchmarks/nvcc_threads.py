@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import sysconfig
@@ -30,6 +28,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from run_summary import write_run_summary  # noqa: E402
 
 TORCH_NVCC = [
     "-D__CUDA_NO_HALF_OPERATORS__",
@@ -113,15 +114,7 @@ def main() -> None:
             runs.append(run)
             print(json.dumps(run), flush=True)
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
-    out = {
-        "nvcc": version,
-        "machine": {"cpus": os.cpu_count(), "load_average": os.getloadavg(), "platform": platform.platform()},
-        "runs": runs,
-        "median": {k: statistics.median(r[k] for r in runs) for k in runs[0]},
-        "method": __doc__.strip().splitlines()[0],
-    }
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps(out["median"]), "->", args.out)
+    write_run_summary(args.out, runs, __doc__.strip().splitlines()[0], nvcc=version)
 
 
 if __name__ == "__main__":

@@ -65,13 +65,11 @@ def _reserved(task, device, args, out: dict):
     if not device.is_cuda or not os.environ.get(LOCK_ENV):
         yield
         return
-    import torch
-
     sizes = task.sizes_on_meta()
     if sizes is None:  # not measurable on the meta device: counted as taking the device alone
         need = budget = device_budget_bytes()
     else:
-        sets = sets_for(sizes.inputs, torch.device("cuda"))
+        sets = sets_for(sizes.inputs, "cuda")
         need = expected_task_bytes(sizes.params, sizes.inputs, sizes.output, sets, not args.baselines_only)
         budget = device_budget_bytes()
     out["memory_reserved_gb"] = round(need / 2**30, 2)

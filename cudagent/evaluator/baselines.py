@@ -17,8 +17,6 @@ import secrets
 import threading
 from dataclasses import asdict, dataclass
 
-import torch
-
 from cudagent.device_share import device_share
 from cudagent.evaluator.measure import INPUT_SETS, Plan, sets_for
 from cudagent.evaluator.session import ChildFailure, ChildProcess
@@ -208,7 +206,7 @@ class Baselines:
         large that a timing takes a single set of them (measure.sets_for; KernelBench's 6.4 GB ReLU input), two
         workers at once would hold two copies of everything on the device, for little time saved."""
         sizes = self.task.sizes_on_meta()
-        return sizes is not None and sets_for(sizes.inputs, torch.device(self.device.kind)) == 1
+        return sizes is not None and sets_for(sizes.inputs, self.device.kind) == 1
 
     def _prepare(self, targets: list[str]) -> set[str]:
         """Start and prepare the targets' workers side by side (each a process of its own: starting one is seconds of

@@ -66,14 +66,14 @@ def flush_buffer(device: torch.device, nbytes: int) -> torch.Tensor:
     return torch.empty((nbytes or default_flush_bytes(device)) // 4, dtype=torch.float32, device=device)
 
 
-def sets_for(set_bytes: int, device: torch.device) -> int:
+def sets_for(set_bytes: int, device: torch.device | str) -> int:
     """How many input sets a timing rotates: INPUT_SETS, or one when a set takes ONE_SET_FLUSH_MULTIPLE times the
     flush buffer or more (the candidate and the baselines of a task get the same number: it depends only on the
     task's input sizes and the device)."""
-    return 1 if set_bytes >= ONE_SET_FLUSH_MULTIPLE * default_flush_bytes(device) else INPUT_SETS
+    return 1 if set_bytes >= ONE_SET_FLUSH_MULTIPLE * default_flush_bytes(torch.device(device)) else INPUT_SETS
 
 
-def draw_input_sets(draw, device: torch.device) -> list[list]:
+def draw_input_sets(draw, device: torch.device | str) -> list[list]:
     """The input sets of a timing (`sets_for`): `draw(i)` gives set i."""
     first = draw(0)
     nbytes = sum(x.numel() * x.element_size() for x in first if isinstance(x, torch.Tensor))

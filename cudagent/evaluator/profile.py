@@ -28,8 +28,6 @@ import secrets
 import time
 from dataclasses import asdict, dataclass, field
 
-import torch
-
 from cudagent.evaluator.baselines import Baseline, BaselineError, Baselines, Measurement
 from cudagent.evaluator.compare import Tolerance, compare
 from cudagent.evaluator.judge import Extension, judge_tampering
@@ -89,9 +87,8 @@ class Profiler:
         """Time the candidate loaded in `child`; fill v.time_ms, speedups, tier and v.timing."""
         baselines = self.baselines.get()
         v.notes.extend(n for n in self.baselines.notes if n not in v.notes)
-        sets = draw_input_sets(
-            lambda _: self.task.make_inputs(secrets.randbits(62), self.device.kind), torch.device(self.device.kind)
-        )
+        draw = self.task.make_inputs
+        sets = draw_input_sets(lambda _: draw(secrets.randbits(62), self.device.kind), self.device.kind)
         self.specs = [InputSpec.of(s) for s in sets]
         meas = self._time(child, ref_model, sets, v)
         if meas is None or not v.correct:
