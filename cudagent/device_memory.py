@@ -9,9 +9,9 @@ The ledger is a JSON file beside the device share's lock (CUDAGENT_DEVICE_LOCK +
 and the queue of those waiting, read and written under an flock. Reservations are granted in the order asked for
 (a large task waiting is not passed by small ones that would fit, so it never starves); the entries of processes
 that are gone are dropped, so a worker that was killed frees its part. A reservation larger than the budget is
-granted when nothing else is held: that task then runs alone. Without
-the lock variable (one process per device) nothing is reserved. An estimate can be wrong: running out of memory
-beside others still sends a task to run alone afterwards (bench/runner.py).
+granted when nothing else is held: that task then runs alone. Without the lock variable (one process per device)
+nothing is reserved. An estimate can be wrong: running out of memory beside others still sends a task to run alone
+afterwards (bench/runner.py). How long a task waited is its bench phase `memory_wait`.
 """
 
 from __future__ import annotations
@@ -25,12 +25,6 @@ import time
 from cudagent.device_share import LOCK_ENV
 
 POLL_S = 0.5
-_waited = [0.0]
-
-
-def waited_s() -> float:
-    """Seconds this process has spent waiting for its reservation."""
-    return _waited[0]
 
 
 def _ledger_path() -> str | None:
@@ -98,11 +92,9 @@ def memory_reservation(nbytes: int, budget: int):
     if not path or nbytes <= 0:
         yield
         return
-    start = time.monotonic()
     try:
         while not _try_reserve(path, nbytes, budget):
             time.sleep(POLL_S)
-        _waited[0] += time.monotonic() - start
         yield
     finally:
         _release(path)  # also leaves the queue when the wait itself was interrupted

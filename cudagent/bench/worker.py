@@ -66,12 +66,11 @@ def _reserved(task, device, args, out: dict):
         yield
         return
     sizes = task.sizes_on_meta()
-    if sizes is None:  # not measurable on the meta device: counted as taking the device alone
-        need = budget = device_budget_bytes()
-    else:
+    budget = device_budget_bytes()
+    need = budget  # not measurable on the meta device: counted as taking the device alone
+    if sizes is not None:
         sets = sets_for(sizes.inputs, "cuda")
         need = expected_task_bytes(sizes.params, sizes.inputs, sizes.output, sets, not args.baselines_only)
-        budget = device_budget_bytes()
     out["memory_reserved_gb"] = round(need / 2**30, 2)
     start = time.monotonic()
     with memory_reservation(need, budget):
