@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -36,7 +37,10 @@ def _holder(tmp_path, nbytes: int, seconds: float, wait: bool = True) -> subproc
 
 
 def _ledger(tmp_path) -> dict:
-    return json.loads((tmp_path / "gpu0.lock.memory").read_text())
+    """The ledger as the processes leave it: read under their lock (a write truncates, then writes)."""
+    with open(tmp_path / "gpu0.lock.memory") as f:
+        fcntl.flock(f, fcntl.LOCK_SH)
+        return json.loads(f.read())
 
 
 def test_without_a_ledger_nothing_waits(monkeypatch):
@@ -52,10 +56,12 @@ def test_what_fits_goes_together_what_does_not_waits(tmp_path, monkeypatch):
     with dm.memory_reservation(40, 100):  # 60 + 40 fit in 100
         assert time.monotonic() - start < 1.0
         assert sorted(_ledger(tmp_path)["held"].values()) == [40, 60]
-    with dm.memory_reservation(41, 100):  # 60 + 41 do not: granted once the other process is done
-        assert other.poll() is not None
+    with dm.memory_reservation(41, 100):  # 60 + 41 do not: granted once the other has released its part
+        # (it may still be exiting: the release, not the process's end, is what grants this one)
+        assert time.monotonic() - start >= 1.5
         assert list(_ledger(tmp_path)["held"].values()) == [41]
     assert _ledger(tmp_path)["held"] == {}
+    other.wait(timeout=30)
 
 
 def test_a_reservation_larger_than_the_budget_runs_alone_and_a_killed_holder_frees_its_part(tmp_path, monkeypatch):
@@ -73,13 +79,16 @@ def test_reservations_are_granted_in_the_order_asked_for(tmp_path, monkeypatch):
     """A large reservation waiting is not passed by a small one that would fit: it does not starve."""
     monkeypatch.setenv(LOCK_ENV, str(tmp_path / "gpu0.lock"))
     first = _holder(tmp_path, 50, 2.0)
+    start = time.monotonic()
     large = _holder(tmp_path, 80, 0.5, wait=False)  # 50 + 80 > 100: waits for the first
     while not _ledger(tmp_path)["queue"]:
         time.sleep(0.05)
     with dm.memory_reservation(10, 100):  # would fit beside the first, but the large one asked before
-        assert first.poll() is not None
+        assert time.monotonic() - start >= 1.5  # so it waited for the first's release, then the large one's
         assert large.stdout.readline().strip() == "holding"
-    large.wait()
+        assert 50 not in _ledger(tmp_path)["held"].values()  # the first's part is released
+    large.wait(timeout=30)
+    first.wait(timeout=30)
 
 
 def test_the_expected_bytes_of_a_task():
