@@ -8,10 +8,11 @@ instead of running out of memory half-way through and starting again alone.
 The ledger is a JSON file beside the device share's lock (CUDAGENT_DEVICE_LOCK + ".memory"): what each process holds
 and the queue of those waiting, read and written under an flock. Reservations are granted in the order asked for
 (a large task waiting is not passed by small ones that would fit, so it never starves); the entries of processes
-that are gone are dropped, so a worker that was killed frees its part. A reservation larger than the budget is
-granted when nothing else is held: that task then runs alone. Without the lock variable (one process per device)
-nothing is reserved. An estimate can be wrong: running out of memory beside others still sends a task to run alone
-afterwards (bench/runner.py). How long a task waited is its bench phase `memory_wait`.
+that are gone are dropped, so a worker that was killed frees its part (a process is named by its pid and its start
+time: a pid that another process gets later does not keep a dead holder's part). A reservation larger than the
+budget is granted when nothing else is held: that task then runs alone. Without the lock variable (one process per
+device) nothing is reserved. An estimate can be wrong: running out of memory beside others still sends a task to run
+alone afterwards (bench/runner.py). How long a task waited is its bench phase `memory_wait`.
 """
 
 from __future__ import annotations
@@ -32,22 +33,39 @@ def _ledger_path() -> str | None:
     return f"{lock}.memory" if lock else None
 
 
-def _alive(pid: int) -> bool:
+def _start_time(pid: int) -> str:
+    """When the process started, in clock ticks since boot (/proc/PID/stat, field 22); "" where unknown."""
     try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def _identity(pid: int) -> str:
+    """A process as the ledger names it: its pid and its start time, so that a pid the system hands to another
+    process after a holder died is not taken for the holder (on a host that runs for weeks, pids come round)."""
+    return f"{pid}:{_start_time(pid)}"
+
+
+def _alive(identity: str) -> bool:
+    pid_text, _, started = identity.partition(":")
+    try:
+        pid = int(pid_text)
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ValueError, ProcessLookupError):
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    return _start_time(pid) == started
 
 
 def _read(f) -> dict:
     f.seek(0)
     try:
         data = json.loads(f.read() or "{}")
-        held = {int(k): int(v) for k, v in data.get("held", {}).items()}
-        return {"held": held, "queue": [int(p) for p in data.get("queue", [])]}
+        held = {str(k): int(v) for k, v in data.get("held", {}).items()}
+        return {"held": held, "queue": [str(p) for p in data.get("queue", [])]}
     except (ValueError, AttributeError, TypeError):
         return {"held": {}, "queue": []}
 
@@ -60,12 +78,12 @@ def _write(f, ledger: dict) -> None:
 
 def _try_reserve(path: str, nbytes: int, budget: int) -> bool:
     """Reserve when this process is first in the queue and its part fits beside the others' (or none are held)."""
-    me = os.getpid()
+    me = _identity(os.getpid())
     with open(path, "a+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         ledger = _read(f)
-        held = {pid: n for pid, n in ledger["held"].items() if pid != me and _alive(pid)}
-        queue = [pid for pid in ledger["queue"] if _alive(pid)]
+        held = {who: n for who, n in ledger["held"].items() if who != me and _alive(who)}
+        queue = [who for who in ledger["queue"] if _alive(who)]
         if me not in queue:
             queue.append(me)
         granted = queue[0] == me and (not held or sum(held.values()) + nbytes <= budget)
@@ -77,11 +95,12 @@ def _try_reserve(path: str, nbytes: int, budget: int) -> bool:
 
 
 def _release(path: str) -> None:
+    me = _identity(os.getpid())
     with open(path, "a+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         ledger = _read(f)
-        ledger["held"].pop(os.getpid(), None)
-        ledger["queue"] = [pid for pid in ledger["queue"] if pid != os.getpid()]
+        ledger["held"].pop(me, None)
+        ledger["queue"] = [who for who in ledger["queue"] if who != me]
         _write(f, ledger)
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 from cudagent import device_memory as dm
 from cudagent.device_share import LOCK_ENV
@@ -43,6 +46,20 @@ def _ledger(tmp_path) -> dict:
         return json.loads(f.read())
 
 
+@pytest.fixture(autouse=True)
+def _fail_rather_than_hang():
+    """A reservation waits without limit by design: a broken ledger must fail these tests, not stall the suite."""
+
+    def expired(*_):
+        raise TimeoutError("a reservation waited over 60 s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
 def test_without_a_ledger_nothing_waits(monkeypatch):
     monkeypatch.delenv(LOCK_ENV, raising=False)
     with dm.memory_reservation(10**15, 1):
@@ -75,13 +92,32 @@ def test_a_reservation_larger_than_the_budget_runs_alone_and_a_killed_holder_fre
         assert list(_ledger(tmp_path)["held"].values()) == [500]
 
 
+def test_a_pid_taken_by_another_process_does_not_keep_a_dead_holders_part(tmp_path, monkeypatch):
+    """The ledger names a process by pid and start time: a live process with a dead holder's pid is not the holder."""
+    monkeypatch.setenv(LOCK_ENV, str(tmp_path / "gpu0.lock"))
+    parent = os.getppid()  # alive for the whole test, but not the process that started at tick 1
+    (tmp_path / "gpu0.lock.memory").write_text(json.dumps({"held": {f"{parent}:1": 90}, "queue": []}))
+    start = time.monotonic()
+    with dm.memory_reservation(50, 100):
+        assert time.monotonic() - start < 1.0
+        assert list(_ledger(tmp_path)["held"].values()) == [50]
+    (tmp_path / "gpu0.lock.memory").write_text(json.dumps({"held": {dm._identity(parent): 90}, "queue": []}))
+    with pytest.raises(TimeoutError):  # the same pid with its own start time is the holder: this one waits
+        signal.alarm(2)
+        with dm.memory_reservation(50, 100):
+            pass
+    assert _ledger(tmp_path)["queue"] == []  # an interrupted wait leaves the queue
+
+
 def test_reservations_are_granted_in_the_order_asked_for(tmp_path, monkeypatch):
     """A large reservation waiting is not passed by a small one that would fit: it does not starve."""
     monkeypatch.setenv(LOCK_ENV, str(tmp_path / "gpu0.lock"))
     first = _holder(tmp_path, 50, 2.0)
     start = time.monotonic()
     large = _holder(tmp_path, 80, 0.5, wait=False)  # 50 + 80 > 100: waits for the first
-    while not _ledger(tmp_path)["queue"]:
+    deadline = time.monotonic() + 30
+    while not _ledger(tmp_path)["queue"]:  # the large one waits in the queue
+        assert time.monotonic() < deadline, "the large reservation never queued: it was granted beside the first"
         time.sleep(0.05)
     with dm.memory_reservation(10, 100):  # would fit beside the first, but the large one asked before
         assert time.monotonic() - start >= 1.5  # so it waited for the first's release, then the large one's
