@@ -24,6 +24,7 @@ import os
 import time
 
 from cudagent.device_share import LOCK_ENV
+from cudagent.procs import start_time
 
 POLL_S = 0.5
 
@@ -33,19 +34,10 @@ def _ledger_path() -> str | None:
     return f"{lock}.memory" if lock else None
 
 
-def _start_time(pid: int) -> str:
-    """When the process started, in clock ticks since boot (/proc/PID/stat, field 22); "" where unknown."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[19]
-    except (OSError, IndexError):
-        return ""
-
-
 def _identity(pid: int) -> str:
     """A process as the ledger names it: its pid and its start time, so that a pid the system hands to another
     process after a holder died is not taken for the holder (on a host that runs for weeks, pids come round)."""
-    return f"{pid}:{_start_time(pid)}"
+    return f"{pid}:{start_time(pid)}"
 
 
 def _alive(identity: str) -> bool:
@@ -57,7 +49,7 @@ def _alive(identity: str) -> bool:
         return False
     except PermissionError:
         pass
-    return _start_time(pid) == started
+    return start_time(pid) == started
 
 
 def _read(f) -> dict:

@@ -154,6 +154,23 @@ def gib(n: int | None) -> str:
     return "?" if n is None else f"{n / 2**30:.1f} GiB"
 
 
+def stat_fields(pid: int | str) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command name (index 0 is the state, field 3 of proc(5)); None when the
+    process is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def start_time(pid: int) -> str:
+    """When the process started, in clock ticks since boot (field 22 of proc(5)); "" where unknown. With the pid it
+    names one process for good: a pid handed on to a later process comes with another start time."""
+    fields = stat_fields(pid)
+    return fields[19].decode() if fields and len(fields) > 19 else ""
+
+
 def process_tree(root: int) -> list[int]:
     """The live processes descending from `root` or sharing its session, `root` first."""
     parents: dict[int, int] = {}
@@ -161,12 +178,8 @@ def process_tree(root: int) -> list[int]:
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] == b"Z":
+        fields = stat_fields(entry.name)
+        if fields is None or fields[0] == b"Z":
             continue
         pid = int(entry.name)
         parents[pid], sessions[pid] = int(fields[1]), int(fields[3])
@@ -189,11 +202,10 @@ def cpu_seconds(pids: list[int]) -> float:
     """User plus system CPU time the live processes in `pids` have used so far (all their threads)."""
     total = 0
     for pid in pids:
+        fields = stat_fields(pid)
         try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
             total += int(fields[11]) + int(fields[12])
-        except (OSError, IndexError, ValueError):
+        except (TypeError, IndexError, ValueError):
             continue
     return total / CLOCK_TICKS
 
