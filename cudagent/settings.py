@@ -6,7 +6,7 @@
 
 Build and baseline caches (CUDAGENT_CACHE_DIR) are located by cudagent.resources, which every process of an
 evaluation (parent, workers, zygote) must agree on without being told; CUDAGENT_BUILD_CACHE=0 turns the compiler
-cache of workspace builds off (objcache.py), read by the compile command itself.
+cache of workspace builds off (build/objcache.py), read by the compile command itself.
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ def open_evaluator(task, options: RunOptions, device_kind: str) -> tuple[object,
         return port, port.device(), {"urls": pool.urls}
     from cudagent.evaluator.evaluator import EvalOptions
     from cudagent.evaluator.port import LocalEvaluator
-    from cudagent.hardware import resolve_device
+    from cudagent.device.info import resolve_device
 
     device = resolve_device(device_kind)
     evaluator = LocalEvaluator(task, device, EvalOptions(fork_server=options.settings.fork_server, spare_process=True))

@@ -17,7 +17,7 @@ import json
 import math
 from pathlib import Path
 
-from cudagent.bench.png import speedup_plot
+from cudagent.png import speedup_plot
 
 BASELINES = ("eager", "compile")
 FAILURE_SPEEDUP = 1.0

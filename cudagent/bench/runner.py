@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudagent.bench.tasks import BenchTask, solution_for
-from cudagent.device_share import LOCK_ENV
+from cudagent.device.share import LOCK_ENV
 from cudagent.errors import EnvironmentProblem
 from cudagent.procs import run_bounded, run_in_slots
 from cudagent.resultlog import append_row, read_rows
@@ -40,7 +40,7 @@ class BenchConfig:
     ray_address: str | None = None
     missing_as_failed: bool = False  # a task without a solution counts as failed (default: skipped)
     evaluator_urls: list[str] | None = None  # evaluate on `cudagent serve` services; slots are then concurrent tasks
-    per_gpu: int = 1  # tasks at once on each slot's device, sharing it for everything but timing (device_share.py)
+    per_gpu: int = 1  # tasks at once on each slot's device, sharing it for everything but timing (device/share.py)
     baselines_only: bool = False  # time the references (eager, torch.compile) only: no candidate, no agent
     stop_after_s: float | None = None  # start no task after this many seconds (resume the rest later)
 

@@ -16,14 +16,14 @@ import time
 import traceback
 from pathlib import Path
 
-from cudagent.device_share import device_share, waited_s
+from cudagent.device.share import device_share, waited_s
 from cudagent.resultlog import write_json_atomic
 
 
 def run(args) -> dict:
     from cudagent.evaluator.evaluator import EvalOptions, Evaluator
     from cudagent.evaluator.nullcheck import null_candidates
-    from cudagent.hardware import resolve_device
+    from cudagent.device.info import resolve_device
     from cudagent.settings import Settings
     from cudagent.task import load_task, validate_task
     from cudagent.workspace import resolve_candidate, workspace_for
@@ -56,10 +56,10 @@ def run(args) -> dict:
 
 @contextlib.contextmanager
 def _reserved(task, device, args, out: dict):
-    """The task's expected device memory reserved among the tasks sharing its GPU (device_memory.py), for all of
+    """The task's expected device memory reserved among the tasks sharing its GPU (device/memory.py), for all of
     its work on the device; on the CPU, or with one task per GPU, nothing is reserved."""
-    from cudagent.device_memory import device_budget_bytes, expected_task_bytes, memory_reservation
-    from cudagent.device_share import LOCK_ENV
+    from cudagent.device.memory import device_budget_bytes, expected_task_bytes, memory_reservation
+    from cudagent.device.share import LOCK_ENV
     from cudagent.evaluator.measure import sets_for
 
     if not device.is_cuda or not os.environ.get(LOCK_ENV):

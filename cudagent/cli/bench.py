@@ -88,7 +88,7 @@ def bench(
     from cudagent.bench.report import build_report, table_rows, write_report
     from cudagent.bench.runner import Bench, BenchConfig
     from cudagent.bench.tasks import discover
-    from cudagent.hardware import resolve_device
+    from cudagent.device.info import resolve_device
 
     if solutions is not None and not solutions.is_dir():
         raise CudagentError(f"the solutions folder {solutions} does not exist")
@@ -172,7 +172,7 @@ def _remote(urls: list[str], jobs: int | None, gpus: str | None):
     answers with an error, fails here at once."""
     import asyncio
 
-    from cudagent.hardware import DeviceInfo
+    from cudagent.device.info import DeviceInfo
     from cudagent.serve.client import EvaluatorPool
 
     if gpus:

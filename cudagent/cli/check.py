@@ -151,7 +151,7 @@ def _run(
 ) -> None:
     from cudagent.evaluator.compare import Tolerance
     from cudagent.evaluator.evaluator import EvalOptions, Evaluator
-    from cudagent.hardware import resolve_device
+    from cudagent.device.info import resolve_device
     from cudagent.settings import Settings
     from cudagent.task import load_task
     from cudagent.workspace import resolve_candidate, workspace_for

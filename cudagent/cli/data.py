@@ -163,7 +163,7 @@ def filter_tasks(
     from cudagent.cli.bench import BenchProgress
     from cudagent.data.pipeline import FilterConfig, Pipeline, done_rows
     from cudagent.data.report import build_report, write_report
-    from cudagent.hardware import resolve_device
+    from cudagent.device.info import resolve_device
 
     if not 0 < max_similarity <= 1:
         raise typer.BadParameter("must be in (0, 1]", param_hint="--max-similarity")
@@ -296,7 +296,7 @@ def export(
     if out.suffix != ".parquet":
         raise CudagentError(f"{out}: verl reads parquet; give a path ending in .parquet")
     from cudagent.evaluator.port import environment
-    from cudagent.hardware import resolve_device
+    from cudagent.device.info import resolve_device
 
     dev = resolve_device(device)
     rows = verl_rows(

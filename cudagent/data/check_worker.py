@@ -13,7 +13,7 @@ import time
 import traceback
 from pathlib import Path
 
-from cudagent.device_share import device_share, hold_alone
+from cudagent.device.share import device_share, hold_alone
 from cudagent.resultlog import write_json_atomic
 
 RUNTIME_CALLS = 7

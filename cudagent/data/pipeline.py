@@ -29,7 +29,7 @@ RESULTS = "filter.jsonl"
 class FilterConfig:
     device: str = "cpu"
     # one worker each: a GPU id (repeated for several workers on a GPU) or None (a CPU worker); workers on one device
-    # run their checks side by side and their timings one at a time (cudagent.device_share)
+    # run their checks side by side and their timings one at a time (cudagent.device.share)
     slots: list[str | None] = field(default_factory=lambda: [None])
     runtime_ms: tuple[float, float] = (0.0, 1e9)
     compile_backend: str = "inductor"  # what torch.compile uses; "off" skips the filter

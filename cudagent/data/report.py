@@ -9,7 +9,7 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
-from cudagent.bench.png import histogram_plot
+from cudagent.png import histogram_plot
 from cudagent.data.filters import FILTERS
 
 

@@ -7,7 +7,7 @@ The reference lives only here, in the parent: fresh secret seeds for weights and
 outputs computed here, after the candidate's, and never sent anywhere; this process is non-dumpable and the
 candidate's process holds no capabilities (isolation.py). An Evaluator serves one task on one device and keeps a
 clean reference worker alive for its whole life; use it as a context manager (or call close()). Several evaluators
-may share a device (a bench's tasks): what runs on it takes a share, timings take it alone (device_share.py).
+may share a device (a bench's tasks): what runs on it takes a share, timings take it alone (device/share.py).
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ import time
 from dataclasses import dataclass, field
 
 import cudagent.evaluator.isolation as isolation
-from cudagent.build import (
+from cudagent.build.extension import (
     DEFAULT_BUILD_TIMEOUT_S,
     NVCC_THREADS,
     BuildResult,
     build_workspace,
     summarize_compiler_output,
 )
-from cudagent.device_share import device_share
+from cudagent.device.share import device_share
 from cudagent.evaluator.baselines import Baselines
 from cudagent.evaluator.compare import Tolerance
 from cudagent.evaluator.judge import Extension
@@ -44,7 +44,7 @@ from cudagent.evaluator.static_audit import audit_model_new
 from cudagent.evaluator.verdict import TIER_MARGIN, Verdict
 from cudagent.evaluator.verify import TrialRunner, load_message
 from cudagent.evaluator.zygote import Zygote
-from cudagent.hardware import DeviceInfo
+from cudagent.device.info import DeviceInfo
 from cudagent.task import Task, validate_task
 from cudagent.workspace import CandidateFormat, Workspace
 

@@ -440,7 +440,7 @@ def baseline_symbols(device) -> frozenset[str]:
     import os
     import tempfile
 
-    from cudagent.build import build_workspace, toolchain_for
+    from cudagent.build.extension import build_workspace, toolchain_for
     from cudagent.resources import cache_dir
     from cudagent.workspace import Workspace, infrastructure
 

@@ -16,7 +16,7 @@ import secrets
 import torch
 
 from cudagent.evaluator.compare import Tolerance, compare
-from cudagent.hardware import release_cached_device_memory
+from cudagent.device.info import release_cached_device_memory
 from cudagent.task import Task
 
 DRAWS = 3

@@ -12,7 +12,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 
-from cudagent.hardware import DeviceInfo
+from cudagent.device.info import DeviceInfo
 from cudagent.resources import cache_dir
 
 PEAKS_VERSION = "1"

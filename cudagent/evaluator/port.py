@@ -15,11 +15,11 @@ import tempfile
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from cudagent.build import BuildResult
+from cudagent.build.extension import BuildResult
 from cudagent.errors import EnvironmentProblem
 from cudagent.evaluator.evaluator import EvalOptions, Evaluator
 from cudagent.evaluator.verdict import Verdict
-from cudagent.hardware import DeviceInfo
+from cudagent.device.info import DeviceInfo
 from cudagent.task import Task
 from cudagent.workspace import KERNELS, MODEL_NEW, SOURCE_SUFFIXES, Workspace
 

@@ -39,7 +39,7 @@ from cudagent.evaluator.session import ChildProcess
 from cudagent.evaluator.transforms import InputSpec, ParamStream
 from cudagent.evaluator.trees import nbytes
 from cudagent.evaluator.verdict import TimeStats, Verdict, reward_tier
-from cudagent.hardware import DeviceInfo
+from cudagent.device.info import DeviceInfo
 from cudagent.task import Task
 
 RECHECKS = 3

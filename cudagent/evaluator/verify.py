@@ -28,7 +28,7 @@ from cudagent.evaluator.transforms import InputSpec, secret_draw
 from cudagent.evaluator.trees import all_finite, has_dtype, nbytes_list, tensors
 from cudagent.evaluator.trials import sparse_mutation, stress_inputs
 from cudagent.evaluator.verdict import Trial, Verdict
-from cudagent.hardware import DeviceInfo
+from cudagent.device.info import DeviceInfo
 from cudagent.task import Task, randomized_state
 from cudagent.workspace import CandidateFormat, Workspace
 

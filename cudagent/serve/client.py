@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 import aiohttp
 
-from cudagent.build import BuildResult
+from cudagent.build.extension import BuildResult
 from cudagent.errors import CudagentError, EnvironmentProblem
 from cudagent.evaluator.port import EvaluatorUnavailable, Snapshot, SnapshotError
 from cudagent.evaluator.verdict import Verdict

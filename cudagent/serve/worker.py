@@ -84,7 +84,7 @@ class Session:
 
 class Worker:
     def __init__(self, args):
-        from cudagent.hardware import resolve_device
+        from cudagent.device.info import resolve_device
         from cudagent.settings import Settings
 
         self.name = args.name

@@ -76,7 +76,7 @@ def summarize(run_dir: Path, rule: StopRule | None = None, png: bool = True) -> 
     summary["last"] = rows[-1]
     summary["monitors"] = {"breaches": breaches(rows[-1], rule), "stop": stop_reason(rows, rule)}
     if png:
-        from cudagent.bench.png import series_plot
+        from cudagent.png import series_plot
 
         reward = [r.get("reward_mean", r.get("critic/score/mean", 0.0)) for r in rows]
         faster = [r.get("faster_than_compile", 0.0) for r in rows]

@@ -1,5 +1,6 @@
-"""A PNG of the speedup distribution per level, without a plotting library: one row per level, one dot per correct
-task at log2(speedup) on a shared axis from 1/8x to 8x, a line at 1x, labels in a small bitmap font."""
+"""Plots as PNG files without a plotting library, for the reports of bench, data and train: a canvas with a small
+bitmap font, the speedup distribution per level (one dot per correct task at log2(speedup), a line at 1x), histograms
+and line series."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudagent.errors import EnvironmentProblem
-from cudagent.hardware import DeviceInfo
+from cudagent.device.info import DeviceInfo
 from cudagent.procs import Limits, physical_memory_bytes, run_bounded
 from cudagent.resources import PACKAGE_DIR
 from cudagent.workspace import EXTENSION_NAME, Workspace
@@ -130,7 +130,7 @@ def build_workspace(ws: Workspace, device: DeviceInfo, timeout_s: float = DEFAUL
     sources = ws.compiled_sources(cuda=tc.cuda)
     _write_if_changed(ws.build_dir / "build.ninja", _ninja_file(ws, tc, sources))
     ninja = _ninja_binary()
-    # The compile rule runs `python -m cudagent.objcache`: this cudagent, wherever it was imported from
+    # The compile rule runs `python -m cudagent.build.objcache`: this cudagent, wherever it was imported from
     path = os.pathsep.join(p for p in (str(PACKAGE_DIR.parent), os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ", PYTHONPATH=path)
     jobs = str(max(1, min(len(sources), os.cpu_count() or 1)))
@@ -203,7 +203,7 @@ def _ninja_file(ws: Workspace, tc: Toolchain, sources: list[Path]) -> str:
         "ninja_required_version = 1.3",
         f"cxx = {shlex.quote(tc.cxx)}",
         # C++ units through the machine's compiler cache (objcache.py): same preprocessed unit, same object
-        f"objcache = {shlex.quote(sys.executable)} -m cudagent.objcache",
+        f"objcache = {shlex.quote(sys.executable)} -m cudagent.build.objcache",
         f"cflags = {' '.join(cflags)}",
         "rule cxx",
         "  command = $objcache $cxx -MMD -MF $out.d $cflags -c $in -o $out",

@@ -1,5 +1,5 @@
 """Device memory reserved by the processes that share one GPU (the bench's `--per-gpu` workers, beside the device
-share of device_share.py): a task reserves what it is expected to take before it puts anything on the device, and
+share of device/share.py): a task reserves what it is expected to take before it puts anything on the device, and
 waits while the reservations of the others leave too little. Tasks that cannot fit together then take turns
 instead of running out of memory half-way through and starting again alone.
 
@@ -23,7 +23,7 @@ import json
 import os
 import time
 
-from cudagent.device_share import LOCK_ENV
+from cudagent.device.share import LOCK_ENV
 from cudagent.procs import start_time
 
 POLL_S = 0.5

@@ -1,0 +1,6 @@
+"""Building a workspace's extension module, fast and without loading it.
+
+extension.py   the incremental ninja build of `cuda_extension` (never imports what it builds)
+objcache.py    the machine's compiler cache for the C++ units (`python -m cudagent.build.objcache`, run by ninja)
+pch.py         precompiled torch headers for the units the cache misses
+"""
