@@ -56,8 +56,8 @@ def edit(ws, k: int) -> None:
 
 
 def ours(task: str, scratch: Path) -> dict:
+    from cudagent.device.info import resolve_device
     from cudagent.evaluator import EvalOptions, Evaluator
-    from cudagent.hardware import resolve_device
 
     the_task, ws = workspace_for(task, scratch / f"ours-{task}")
     times, verdicts = [], []

@@ -1,7 +1,7 @@
 """The naive evaluation cycle, for comparison: what one iteration costs in the released CUDA Agent environment.
 
-A reimplementation of that environment's protocol as REFERENCE.md describes it (not its code): every compile wipes
-the build directory and rebuilds the extension from scratch with torch.utils.cpp_extension.load; verification is a
+A reimplementation of that environment's protocol as its published layout describes it (not its code): every compile
+wipes the build directory and rebuilds the extension from scratch with torch.utils.cpp_extension.load; verification is a
 fresh process that builds both models, copies the weights and checks five random inputs; profiling is a fresh
 process that compiles the reference with torch.compile and times candidate, eager and compiled (5 warm-up and 10
 timed iterations under torch.profiler, summing kernel time) on every call.

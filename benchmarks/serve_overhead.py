@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cudagent.serve.client import EvaluatorPool  # noqa: E402
+from cudagent.evaluator.remote import EvaluatorPool  # noqa: E402
 from cudagent.task import Task  # noqa: E402
 from tests.serve.service_proc import TOKEN, ServiceProcess  # noqa: E402
 from tests.serve.test_serve import _run_many, _tree_rss_mb  # noqa: E402

@@ -58,10 +58,10 @@ def main() -> None:
 
     import torch
 
+    from cudagent.device.info import resolve_device
     from cudagent.evaluator import EvalOptions, Evaluator
     from cudagent.evaluator.session import child_env
     from cudagent.evaluator.zygote import Zygote
-    from cudagent.hardware import resolve_device
     from cudagent.task import load_task
     from cudagent.workspace import Workspace
 

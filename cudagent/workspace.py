@@ -38,10 +38,6 @@ COMPILED_CUDA = (".cu",)
 COMPILED_CXX = (".cpp", ".cc", ".cxx")
 
 
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def infrastructure() -> dict[str, str]:
     """The fixed files every workspace carries, by name."""
     return {name: (infra_dir() / name).read_text() for name in INFRA_FILES}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cudagent.device.info import resolve_device
 from cudagent.evaluator import EvalOptions, Evaluator, Verdict
-from cudagent.hardware import resolve_device
 from cudagent.task import load_task
 from cudagent.workspace import resolve_candidate, workspace_for
 

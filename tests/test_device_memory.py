@@ -1,4 +1,4 @@
-"""Device memory reservations among the processes sharing a GPU (cudagent/device_memory.py), with real processes."""
+"""Device memory reservations among the processes sharing a GPU (cudagent/device/memory.py), with real processes."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import time
 
 import pytest
 
-from cudagent import device_memory as dm
-from cudagent.device_share import LOCK_ENV
+from cudagent.device import memory as dm
+from cudagent.device.share import LOCK_ENV
 
 HOLD = """
 import sys, time
-from cudagent.device_memory import memory_reservation
+from cudagent.device.memory import memory_reservation
 with memory_reservation(int(sys.argv[1]), 100):
     print("holding", flush=True)
     time.sleep(float(sys.argv[2]))

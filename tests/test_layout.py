@@ -63,3 +63,76 @@ def test_only_the_verl_adapter_imports_verl():
     probe += "print([m for m in sys.modules if m.split('.')[0] in ('verl', 'ray')])"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT.parent)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# The floors of the house, lowest first: a module imports only from its own room or from rooms on lower floors.
+FLOORS = [
+    {"cudagent", "errors", "settings", "resources", "procs", "resultlog", "png"},
+    {"device", "task", "workspace", "taskpool"},
+    {"build"},
+    {"evaluator"},
+    {"agent", "serve"},
+    {"bench"},
+    {"data", "train"},
+    {"cli", "__main__"},
+]
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "cudagent"
+
+
+def test_every_room_has_a_floor_and_imports_go_down():
+    floor = {room: i for i, rooms in enumerate(FLOORS) for room in rooms}
+    edges = _imports()
+    assert {_room(m) for m in edges} <= set(floor), "a room without a floor: add it to FLOORS"
+    upward = [
+        f"{m} -> {t}"
+        for m, targets in edges.items()
+        for t in targets
+        if _room(t) != _room(m) and floor[_room(t)] > floor[_room(m)]
+    ]
+    assert upward == []
+
+
+def _calls(paths, names: set[str]) -> list[str]:
+    """`path:line name(...)` for every call of one of `names` (as a plain name or an attribute) in `paths`."""
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+                if name in names:
+                    found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} {name}(...)")
+    return found
+
+
+def _python_files(*folders: str) -> list[Path]:
+    return [p for folder in folders for p in (ROOT.parent / folder).rglob("*.py")]
+
+
+def test_episodes_are_opened_in_one_place():
+    """optimize (new, resumed, token mode), bench, training rollouts and the tests all call open_episode."""
+    opened = _calls(_python_files("cudagent", "tests", "benchmarks"), {"Episode"})
+    assert [m.split(":")[0] for m in opened] == ["cudagent/agent/environment.py"], opened
+
+
+def test_only_the_ports_construct_an_evaluator():
+    """Inside cudagent, an evaluator (or a port, or a pool of them) is made only by the port's implementations and
+    by where.py, which chooses between them; everything else asks where.evaluators()."""
+    allowed = {"cudagent/evaluator/local.py", "cudagent/evaluator/remote.py", "cudagent/evaluator/where.py"}
+    made = _calls(_python_files("cudagent"), {"Evaluator", "LocalEvaluator", "LocalEvaluators", "RemoteEvaluator",
+                                               "EvaluatorPool"})  # fmt: skip
+    assert [m for m in made if m.split(":")[0] not in allowed] == []
+    assert {m.split(":")[0] for m in made} == allowed  # the rule looks at the right names
+
+
+def test_command_modules_do_not_import_each_other():
+    """A CLI command module imports the shared CLI modules (the app, options, progress), never another command's."""
+    shared = {"cudagent.cli", "cudagent.cli.app", "cudagent.cli.options", "cudagent.cli.progress"}
+    edges = _imports()
+    commands = {m for m in edges if m.startswith("cudagent.cli.") and m not in shared}
+    assert len(commands) >= 8
+    assert [f"{m} -> {t}" for m in sorted(commands) for t in sorted(edges[m]) if t in commands] == []

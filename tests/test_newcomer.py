@@ -76,8 +76,8 @@ def test_4_and_9_run_ids_are_never_cut_and_runs_can_be_pruned(tmp_path):
 
 def test_5_check_tells_its_phases_and_bench_lines_are_whole(tmp_path):
     from cudagent.cli.bench import task_line
+    from cudagent.device.info import resolve_device
     from cudagent.evaluator.evaluator import EvalOptions, Evaluator
-    from cudagent.hardware import resolve_device
     from cudagent.task import load_task
     from cudagent.workspace import resolve_candidate, workspace_for
 

@@ -95,8 +95,8 @@ def test_a_candidate_busy_while_the_baselines_run_is_not_vouched_for(tmp_path, m
     subprocess import, is off to show the timing defense on its own."""
     import shutil
 
+    from cudagent.device.info import resolve_device
     from cudagent.evaluator import EvalOptions, Evaluator
-    from cudagent.hardware import resolve_device
     from cudagent.task import load_task
     from cudagent.workspace import Workspace
 
@@ -120,9 +120,9 @@ def test_a_candidate_busy_while_the_baselines_run_is_not_vouched_for(tmp_path, m
 
 
 def test_interference_rejects_on_cuda_and_lowers_the_tier_on_the_cpu():
+    from cudagent.device.info import DeviceInfo
     from cudagent.evaluator.profile import Profiler
     from cudagent.evaluator.verdict import Verdict
-    from cudagent.hardware import DeviceInfo
 
     for kind, rejected in (("cuda", True), ("cpu", False)):
         profiler = Profiler.__new__(Profiler)

@@ -22,12 +22,13 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 
-from cudagent.agent.best import is_better
+from cudagent.agent.best import Best, is_better
 from cudagent.agent.policy import PolicyReply, ToolCall, Usage
 from cudagent.agent.prompting import Prompts, Skill
 from cudagent.agent.tools import TOOL_SPECS, Observation, Toolbox
 from cudagent.agent.trajectory import reply_record
 from cudagent.evaluator.port import EvaluatorPort, Snapshot, snapshot_of
+from cudagent.evaluator.verdict import Verdict
 
 MAX_CALLS_PER_TURN = 8
 
@@ -60,7 +61,7 @@ class EpisodeState:
     since_improvement: int = 0
     repeats: int = 0
     last_action: str | None = None
-    best: dict | None = None
+    best: Best | None = None
     warned: list[str] = field(default_factory=list)
     valid_calls: int = 0  # tool calls that named a tool with well-formed arguments
     invalid_calls: int = 0  # malformed calls and replies with no call at all
@@ -74,7 +75,10 @@ class EpisodeState:
 
     @classmethod
     def from_dict(cls, d: dict) -> EpisodeState:
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+        state = cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+        if isinstance(state.best, dict):
+            state.best = Best.from_dict(state.best)
+        return state
 
 
 @dataclass
@@ -109,16 +113,48 @@ class EpisodeResult:
     error: str | None
     state: EpisodeState
     messages: list[dict]
-    best: dict | None  # the best kernel, with the final re-evaluation's figures when there was one
+    best: Best | None  # the best verified kernel of the run, as judged during it
     best_files: Snapshot | None
-    final: dict | None  # the final re-evaluation (or why it failed)
+    final: Verdict | None  # the best kernel re-evaluated from its own files at the end
+    final_error: str | None = None  # why that re-evaluation could not be made
 
     @property
     def tier(self) -> int:
-        """The episode's reward tier: the final re-evaluation's where there was one, else -1 without a kernel."""
-        if self.final and "tier" in self.final:
-            return int(self.final["tier"])
-        return int(self.best["tier"]) if self.best else -1
+        """The episode's reward tier: the final re-evaluation's where there was one, else the best kernel's (-1
+        without one)."""
+        if self.final is not None:
+            return self.final.tier
+        return self.best.tier if self.best else -1
+
+    def best_summary(self) -> dict | None:
+        """The best kernel as a run's summary reports it: the final re-evaluation's figures, the in-run ones beside."""
+        if self.best is None:
+            return None
+        keys = ("tier", "speedup_vs_eager", "speedup_vs_compile")
+        summary = {k: getattr(self.best, k) for k in ("commit", "turn", "tag", *keys)}
+        if self.final is not None:  # the pristine re-evaluation is the figure we stand behind
+            summary["in_run"] = {k: getattr(self.best, k) for k in keys}
+            summary.update({k: getattr(self.final, k) for k in keys})
+        return summary
+
+    def final_summary(self) -> dict | None:
+        """The final re-evaluation as a run's summary reports it (or why it failed)."""
+        commit = self.best.commit if self.best else None
+        if self.final_error is not None:
+            return {"error": self.final_error, "commit": commit}
+        if self.final is None:
+            return None
+        v = self.final
+        return {
+            "correct": v.correct,
+            "tier": v.tier,
+            "speedup_vs_eager": v.speedup_vs_eager,
+            "speedup_vs_compile": v.speedup_vs_compile,
+            "time_ms": v.time_ms,
+            "violations": [x.to_dict() for x in v.violations],
+            "summary": v.summary(),
+            "commit": commit,
+        }
 
     def metrics(self) -> dict:
         s = self.state
@@ -304,22 +340,17 @@ class Episode:
     def _consider(self, turn: int, obs: Observation) -> None:
         """Keep a verdict that beats the best so far, with the files it judged."""
         v = obs.verdict
-        if not v.get("correct"):
+        if not v.correct:
             return
-        candidate = {
-            "turn": turn,
-            "tier": v["tier"],
-            "speedup_vs_eager": v.get("speedup_vs_eager"),
-            "speedup_vs_compile": v.get("speedup_vs_compile"),
-            "time_ms": v.get("time_ms"),
-        }
+        candidate = Best.of(turn, v)
         if not is_better(candidate, self.state.best):
             return
         self.best_files = obs.data.get("snapshot") or snapshot_of(self.toolbox.ws)
         if self.on_improvement is not None:
-            candidate.update(self.on_improvement(candidate, v) or {})
+            placed = self.on_improvement(candidate, v) or {}
+            candidate.commit, candidate.tag = placed.get("commit"), placed.get("tag")
         self.state.best = candidate
-        obs.data["improved"] = candidate.get("commit") or True
+        obs.data["improved"] = candidate.commit or True
 
     def _action_record(self, turn: int, index: int, call: ToolCall, obs: Observation) -> dict:
         record = {
@@ -334,7 +365,7 @@ class Episode:
         if obs.full_text is not None:
             record["full_output"] = obs.full_text  # recorders that keep files move it out of the record
         if obs.verdict is not None:
-            record["verdict"] = obs.verdict
+            record["verdict"] = obs.verdict.to_dict()
         if obs.data.get("improved"):
             record["improved"] = obs.data["improved"]
         if obs.done:
@@ -379,7 +410,7 @@ class Episode:
             return "format_errors"
         if lim.patience is not None and s.since_improvement >= lim.patience:
             return "patience"
-        if lim.target_speedup is not None and s.best and (s.best.get("speedup_vs_compile") or 0) >= lim.target_speedup:
+        if lim.target_speedup is not None and s.best and (s.best.speedup_vs_compile or 0) >= lim.target_speedup:
             return "target_reached"
         if s.repeats >= 2 * lim.stuck_repeats:
             return "stuck"
@@ -390,30 +421,12 @@ class Episode:
     async def finish(self, reason: str, error: str | None = None, final_evaluation: bool = True) -> EpisodeResult:
         """The best kernel re-evaluated from its own files alone, in a fresh directory with a clean build."""
         self.state.elapsed_s = self.elapsed()
-        final = await self._final_evaluation() if final_evaluation else None
-        best = None
-        if self.state.best:
-            b = self.state.best
-            best = {k: b.get(k) for k in ("commit", "turn", "tag", "tier", "speedup_vs_eager", "speedup_vs_compile")}
-            if final and "tier" in final:  # the pristine re-evaluation is the figure we stand behind
-                best["in_run"] = {k: b[k] for k in ("tier", "speedup_vs_eager", "speedup_vs_compile")}
-                best.update({k: final[k] for k in ("tier", "speedup_vs_eager", "speedup_vs_compile")})
-        return EpisodeResult(reason, error, self.state, self.messages, best, self.best_files, final)
-
-    async def _final_evaluation(self) -> dict | None:
-        if not self.state.best or not self.best_files:
-            return None
-        try:
-            verdict = await self.evaluator.evaluate(self.best_files, timing=True, fresh=True)
-        except Exception as exc:  # noqa: BLE001  (the run's record must survive whatever the final check meets)
-            return {"error": f"{type(exc).__name__}: {exc}"}
-        v = verdict.to_dict()
-        return {
-            "correct": v["correct"],
-            "tier": v["tier"],
-            "speedup_vs_eager": v["speedup_vs_eager"],
-            "speedup_vs_compile": v["speedup_vs_compile"],
-            "time_ms": v["time_ms"],
-            "violations": v["violations"],
-            "summary": verdict.summary(),
-        }
+        final, final_error = None, None
+        if final_evaluation and self.state.best and self.best_files:
+            try:
+                final = await self.evaluator.evaluate(self.best_files, timing=True, fresh=True)
+            except Exception as exc:  # noqa: BLE001  (the run's record must survive whatever the final check meets)
+                final_error = f"{type(exc).__name__}: {exc}"
+        return EpisodeResult(
+            reason, error, self.state, self.messages, self.state.best, self.best_files, final, final_error
+        )

@@ -255,15 +255,3 @@ def _user_repo(task_path: Path) -> git.Repo | None:
     except ValueError:  # no commit yet
         return None
     return repo
-
-
-def trailers_of(message: str) -> dict[str, str]:
-    """The Cudagent-* trailers of a commit message."""
-    out = {}
-    for line in message.strip().splitlines()[::-1]:
-        if not line.strip():
-            break
-        if ": " in line and line.startswith("Cudagent-"):
-            key, value = line.split(": ", 1)
-            out[key] = value
-    return out

@@ -5,8 +5,8 @@
     response_mask       1 for a token the model sampled, 0 for one the loop added (observations, notices)
     response_logprobs   the sampling log-probability of each sampled token; 0.0 where the mask is 0
 
-Training must use these ids as they are (REFERENCE.md §6): re-tokenizing the decoded text gives other ids, and
-the importance ratios of PPO explode on them. The field names are those of verl's AgentLoopOutput.
+Training must use these ids as they are: re-tokenizing the decoded text gives other ids, and the importance ratios
+of PPO explode on them. The field names are those of verl's AgentLoopOutput.
 
 >>> ledger = Ledger([1, 2])
 >>> ledger.add_model([3, 4], [-0.5, -0.25]); ledger.add_observation([5]); ledger.add_model([6], [-1.0])

@@ -11,15 +11,17 @@ Recorders run in the order given; what one returns (a commit, the branch head) i
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
+from cudagent.agent.best import Best
 from cudagent.agent.episode import EpisodeResult, EpisodeState, Turn
+from cudagent.evaluator.verdict import Verdict
 
 
 class Recorder:
     """The base: every hook does nothing and adds nothing."""
 
-    def improved(self, best: dict, verdict: dict) -> dict:
+    def improved(self, best: Best, verdict: Verdict) -> dict:
         return {}
 
     def notice(self, reason: str, turn: int) -> None:
@@ -36,10 +38,10 @@ class Recorders(Recorder):
     def __init__(self, *recorders: Recorder):
         self.recorders = list(recorders)
 
-    def improved(self, best: dict, verdict: dict) -> dict:
+    def improved(self, best: Best, verdict: Verdict) -> dict:
         extra: dict = {}
         for r in self.recorders:
-            extra.update(r.improved({**best, **extra}, verdict))
+            extra.update(r.improved(replace(best, **extra), verdict))
         return extra
 
     def notice(self, reason: str, turn: int) -> None:
@@ -61,22 +63,21 @@ class GitRecorder(Recorder):
     def __init__(self, repo, run_id: str, model: str, gpu: str | None):
         self.repo, self.run_id, self.model, self.gpu = repo, run_id, model, gpu
 
-    def improved(self, best: dict, verdict: dict) -> dict:
-        turn = best["turn"]
+    def improved(self, best: Best, verdict: Verdict) -> dict:
         trailers = {
             "Cudagent-Run": self.run_id,
-            "Cudagent-Turn": turn,
-            "Cudagent-Tier": best["tier"],
-            "Cudagent-Speedup-Eager": _fmt(best.get("speedup_vs_eager")),
-            "Cudagent-Speedup-Compile": _fmt(best.get("speedup_vs_compile")),
+            "Cudagent-Turn": best.turn,
+            "Cudagent-Tier": best.tier,
+            "Cudagent-Speedup-Eager": _fmt(best.speedup_vs_eager),
+            "Cudagent-Speedup-Compile": _fmt(best.speedup_vs_compile),
             "Cudagent-GPU": self.gpu,
             "Cudagent-Model": self.model,
         }
-        subject = f"turn {turn}: new best, tier {best['tier']}"
-        if best.get("speedup_vs_compile"):
-            subject += f", {best['speedup_vs_compile']:.2f}x vs torch.compile"
+        subject = f"turn {best.turn}: new best, tier {best.tier}"
+        if best.speedup_vs_compile:
+            subject += f", {best.speedup_vs_compile:.2f}x vs torch.compile"
         body = "The evaluator verified this workspace" + (
-            " and timed it." if (verdict.get("time_ms") or {}).get("candidate") else " (no timing)."
+            " and timed it." if verdict.time_ms.get("candidate") else " (no timing)."
         )
         sha = self.repo.commit(subject, body, trailers, allow_empty=True)
         return {"commit": sha, "tag": self.repo.set_best(sha)}
@@ -134,8 +135,8 @@ class EventRecorder(Recorder):
         self.report, self.limits = reporter, limits
         self._improvements: list[dict] = []
 
-    def improved(self, best: dict, verdict: dict) -> dict:
-        self._improvements.append({"event": "improvement", **best})  # told after its turn's line
+    def improved(self, best: Best, verdict: Verdict) -> dict:
+        self._improvements.append({"event": "improvement", **best.to_dict()})  # told after its turn's line
         return {}
 
     def notice(self, reason: str, turn: int) -> None:
@@ -152,7 +153,7 @@ class EventRecorder(Recorder):
                 "tokens": state.tokens,
                 "elapsed_s": round(state.elapsed_s, 1),
                 "commit": extra.get("commit"),
-                "best": state.best,
+                "best": state.best.to_dict() if state.best else None,
             }
         )
         for event in self._improvements:
@@ -169,12 +170,12 @@ class EventRecorder(Recorder):
 class MemoryRecorder(Recorder):
     def __init__(self):
         self.turns: list[Turn] = []
-        self.improvements: list[dict] = []
+        self.improvements: list[Best] = []
         self.notices: list[tuple[str, int]] = []
         self.result: EpisodeResult | None = None
 
-    def improved(self, best: dict, verdict: dict) -> dict:
-        self.improvements.append(dict(best))
+    def improved(self, best: Best, verdict: Verdict) -> dict:
+        self.improvements.append(best)
         return {}
 
     def notice(self, reason: str, turn: int) -> None:

@@ -23,17 +23,18 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from cudagent.agent.chat_driver import ChatDriver
-from cudagent.agent.episode import Episode, EpisodeLimits, EpisodeResult, EpisodeState, TaskInfo
+from cudagent.agent.environment import open_episode
+from cudagent.agent.episode import Episode, EpisodeLimits, EpisodeResult, EpisodeState
 from cudagent.agent.gitrun import RunRepo
 from cudagent.agent.policy import PolicyError
-from cudagent.agent.prompting import load_skills
 from cudagent.agent.recorders import EventRecorder, GitRecorder, Recorders, TrajectoryRecorder
 from cudagent.agent.sandbox import Sandbox
 from cudagent.agent.sandbox import choose as choose_sandbox
-from cudagent.agent.tools import Toolbox
 from cudagent.agent.trajectory import Trajectory, find_run, new_run_id
 from cudagent.errors import CudagentError, EnvironmentProblem, Terminated
+from cudagent.evaluator.port import agent_files
 from cudagent.settings import Settings
+from cudagent.workspace import Workspace
 
 
 @dataclass
@@ -77,24 +78,21 @@ class RunOptions:
     evaluator_urls: list[str] | None = None  # `cudagent serve` services to evaluate on; None: this machine
 
 
-def open_evaluator(task, options: RunOptions, device_kind: str) -> tuple[object, dict, dict | None]:
-    """The run's evaluator port, the device kernels run on (as a dict) and, for a remote one, what the trajectory
-    records of it. Local: validates the task here. Remote (--evaluator): opens a session on a `cudagent serve`
-    service, which validates it there; a service that does not answer fails at once."""
-    if options.evaluator_urls:
-        from cudagent.serve.client import EvaluatorPool
-
-        pool = EvaluatorPool.from_env(options.evaluator_urls, home=options.settings.home)
-        port = pool.port(task)
-        asyncio.run(port.open(retry_window_s=0))
-        return port, port.device(), {"urls": pool.urls}
+def open_port(task, options: RunOptions, device_kind: str):
+    """The run's evaluator port, opened (it validates the task: a broken reference fails here, before any run
+    exists; a service that does not answer fails at once), and what the trajectory records of where it is."""
     from cudagent.evaluator.evaluator import EvalOptions
-    from cudagent.evaluator.port import LocalEvaluator
-    from cudagent.device.info import resolve_device
+    from cudagent.evaluator.where import evaluators
 
-    device = resolve_device(device_kind)
-    evaluator = LocalEvaluator(task, device, EvalOptions(fork_server=options.settings.fork_server, spare_process=True))
-    return evaluator, device.to_dict(), None
+    where = evaluators(
+        options.evaluator_urls,
+        device=device_kind,
+        options=EvalOptions(fork_server=options.settings.fork_server, spare_process=True),
+        home=options.settings.home,
+    )
+    port = where.port(task)
+    asyncio.run(port.open(fail_fast=True))
+    return port, where.where()
 
 
 @dataclass
@@ -125,13 +123,11 @@ def new_run(task_path: Path, options: RunOptions, reporter, model, extra_header:
     `model` (a chat policy, or a token backend's stand-in) has `prepare()`, run before anything exists (it may
     fail), `describe()`, `model` and `action_format`."""
     from cudagent.task import load_task
-    from cudagent.workspace import Workspace
 
     task = load_task(task_path)
     requested_sandbox = options.sandbox or "auto"
     sandbox = choose_sandbox(requested_sandbox)
-    # validates the task: a broken reference fails here, before any run exists
-    evaluator, device, remote = open_evaluator(task, options, options.device)
+    evaluator, remote = open_port(task, options, options.device)
     try:
         model.prepare()
     except BaseException:
@@ -148,20 +144,17 @@ def new_run(task_path: Path, options: RunOptions, reporter, model, extra_header:
         f"cudagent: workspace for {task.name}", trailers={"Cudagent-Run": run_id, "Cudagent-Turn": 0}, allow_empty=True
     )
     repo.base_commit = base
-    described = evaluator.describe()
     policy_description = model.describe()
-    toolbox = _toolbox(repo, task.source, evaluator, sandbox)
-    episode = Episode(
-        TaskInfo(task.name, task.source),
-        toolbox,
+    episode = open_episode(
+        task,
+        Workspace(Path(repo.workspace)),
         evaluator,
         options.limits,
-        action_format=model.action_format,
-        env=described["env"],
-        skills=load_skills(device["kind"]),
+        model.action_format,
+        sandbox=sandbox,
+        read_only=(repo.link_path,),
         model=model.model,
         state=EpisodeState(head=base),
-        baselines=described["baselines"],
     )
     header = {
         "run_id": run_id,
@@ -172,8 +165,8 @@ def new_run(task_path: Path, options: RunOptions, reporter, model, extra_header:
             "sha256": task.sha256,
             "source": task.source,
         },
-        "device": device,
-        "env": described["env"],
+        "device": evaluator.device(),
+        "env": episode.env,
         **({"evaluator": remote} if remote else {}),
         "policy": policy_description,
         "limits": options.limits.to_dict(),
@@ -240,20 +233,19 @@ def reopen_run(traj: Trajectory, options: RunOptions, limit_overrides: dict, rep
     task = Task(h["task"]["name"], h["task"]["source"], Path(h["task"]["path"]))
     if options.evaluator_urls is None and h.get("evaluator"):
         options = replace(options, evaluator_urls=h["evaluator"]["urls"])  # where the run was evaluated
-    evaluator, _, _ = open_evaluator(task, options, h["device"]["kind"])
+    evaluator, _ = open_port(task, options, h["device"]["kind"])
     sandbox = choose_sandbox(options.sandbox or h.get("sandbox", {}).get("requested", "auto"))
     best_files = None
-    if state.best and state.best.get("commit"):
-        best_files = _agent_files(repo.files_at(state.best["commit"]))
-    toolbox = _toolbox(repo, task.source, evaluator, sandbox)
-    episode = Episode(
-        TaskInfo(task.name, task.source),
-        toolbox,
+    if state.best and state.best.commit:
+        best_files = agent_files(repo.files_at(state.best.commit))
+    episode = open_episode(
+        task,
+        Workspace(Path(repo.workspace)),
         evaluator,
         limits,
-        action_format=model.action_format,
-        env=h["env"],
-        skills=[],
+        model.action_format,
+        sandbox=sandbox,
+        read_only=(repo.link_path,),
         model=model.model,
         state=state,
         messages=traj.messages(),
@@ -321,9 +313,6 @@ async def _drive(run: Run, driver) -> EpisodeResult:
 
 def summarize(run: Run, result: EpisodeResult, model: str) -> dict:
     s = result.state
-    final = dict(result.final) if result.final else None
-    if final is not None and result.best:
-        final["commit"] = result.best.get("commit")
     return {
         "run_id": run.run_id,
         "run_dir": str(run.traj.run_dir),
@@ -333,33 +322,14 @@ def summarize(run: Run, result: EpisodeResult, model: str) -> dict:
         "turns": s.turn,
         "exit_reason": result.end_reason,
         "error": result.error,
-        "best": result.best,
-        "final": final,
+        "best": result.best_summary(),
+        "final": result.final_summary(),
         "tokens": {"prompt": s.prompt_tokens, "completion": s.completion_tokens},
         "cost_usd": s.cost_usd,
         "elapsed_s": round(s.elapsed_s, 1),
         "model": model,
         "tool_calls": {"valid": s.valid_calls, "invalid": s.invalid_calls},
     }
-
-
-def _toolbox(repo: RunRepo, task_source: str, evaluator, sandbox: Sandbox) -> Toolbox:
-    from cudagent.workspace import Workspace
-
-    return Toolbox(Workspace(Path(repo.workspace)), task_source, evaluator, sandbox, read_only=(repo.link_path,))
-
-
-def _agent_files(files: dict[str, bytes]) -> dict[str, bytes]:
-    from cudagent.evaluator.port import check_snapshot
-
-    owned = {}
-    for rel, data in files.items():
-        try:
-            check_snapshot({rel: data})
-        except ValueError:
-            continue
-        owned[rel] = data
-    return owned
 
 
 def warn_about_sandbox(sandbox: Sandbox) -> None:

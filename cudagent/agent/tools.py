@@ -20,6 +20,7 @@ from pathlib import Path
 
 from cudagent.agent.sandbox import Sandbox
 from cudagent.evaluator.port import EvaluatorPort, EvaluatorUnavailable, SnapshotError, snapshot_of
+from cudagent.evaluator.verdict import Verdict
 from cudagent.procs import run_bounded
 from cudagent.workspace import BUILD, INFRA_FILES, MODEL, Workspace
 
@@ -113,7 +114,7 @@ class Observation:
     text: str  # what the model reads
     full_text: str | None = None  # when the model's text was cut: everything, for the trajectory
     ok: bool = True
-    verdict: dict | None = None  # verify / profile: the evaluator's verdict
+    verdict: Verdict | None = None  # verify / profile: the evaluator's verdict
     done: bool = False  # finish
     seconds: float = 0.0
     data: dict = field(default_factory=dict)
@@ -277,7 +278,7 @@ class Toolbox:
         snapshot = snapshot_of(self.ws)
         verdict = await self.evaluator.evaluate(snapshot, timing=timing)
         obs = clip(verdict.summary(detail=timing), ok=verdict.correct)
-        obs.verdict = verdict.to_dict()
+        obs.verdict = verdict
         obs.data["snapshot"] = snapshot  # exactly the files judged: the episode keeps them if they are the best
         return obs
 

@@ -1,31 +1,27 @@
 """Running a bench: a queue of tasks, one worker per GPU by default (`per_gpu` more: they share the GPU for
 inputs, builds, trials and compilation, and each times alone, under the device share's lock, so timing on a GPU is
-never shared), each task in a worker process of its own with a timeout (cudagent.bench.worker); a result line
-appended to results.jsonl as each task ends, so `--resume` skips what is done. A task that runs out of device memory
-beside others runs again once they are done, with the GPU to itself. With `--ray ADDRESS` the same worker runs as
-a Ray task, one GPU each.
+never shared), each task in a worker process of its own with a timeout (cudagent.bench.worker, run by the task pool
+of taskpool.py, which also runs a task that ran out of device memory beside others again alone); a result line
+appended to results.jsonl as each task ends, so `--resume` skips what is done. With `--ray ADDRESS` the same worker
+runs as a Ray task, one GPU each.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
-import tempfile
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudagent.bench.tasks import BenchTask, solution_for
-from cudagent.device.share import LOCK_ENV
 from cudagent.errors import EnvironmentProblem
-from cudagent.procs import run_bounded, run_in_slots
 from cudagent.resultlog import append_row, read_rows
+from cudagent.taskpool import CROWDED_OUT, TaskPool, run_worker
 
 RESULTS = "results.jsonl"
 INVOCATIONS = "invocations.jsonl"  # each invocation of a (resumed) bench: start, wall time, tasks
-CROWDED_OUT = "crowded-out.txt"  # tasks that ran out of device memory beside others: run alone
+WORKER = "cudagent.bench.worker"
 
 
 @dataclass
@@ -58,7 +54,6 @@ class Bench:
         self.config = config
         self.on_result = on_result or (lambda row: None)
         self._lock = threading.Lock()
-        self._deadline: float | None = None
         self.recorded = 0  # results this invocation recorded
         config.out_dir.mkdir(parents=True, exist_ok=True)
         self._settings_file = None
@@ -94,45 +89,13 @@ class Bench:
             self._run_local(todo)
         return load_results(self.config.out_dir)
 
-    # ----- local: one thread per slot ---------------------------------------------------------------------------
+    # ----- local: the task pool over the slots -------------------------------------------------------------------
 
     def _run_local(self, tasks: list[BenchTask]) -> None:
-        slots = [s for s in self.config.slots for _ in range(max(1, self.config.per_gpu))]
-        self._deadline = time.monotonic() + self.config.stop_after_s if self.config.stop_after_s else None
-        # Out of device memory beside other tasks (whose processes hold theirs even while they wait for the device):
-        # again once every other task is done, one task per GPU; remembered, so a resumed bench runs them so at once.
-        crowded = self._crowded_keys()
-        self._crowded_out: list[BenchTask] = [t for t in tasks if t.key in crowded]
-        run_in_slots([t for t in tasks if t.key not in crowded], slots, self._run_one)
-        run_in_slots(self._crowded_out, self.config.slots, self._run_alone)
-
-    def _crowded_keys(self) -> set[str]:
-        path = self.config.out_dir / CROWDED_OUT
-        return set(path.read_text().split()) if path.is_file() else set()
-
-    def _run_alone(self, slot: str | None, task: BenchTask) -> None:
-        if self._deadline is not None and time.monotonic() > self._deadline:
-            return  # past --stop-after: left for a --resume
-        result = run_worker(self._argv(task), slot, self.config.timeout_s)
-        result["retried_alone"] = True
-        self._record(task, slot, result)
-
-    def _run_one(self, slot: str | None, task: BenchTask) -> None:
-        if self._deadline is not None and time.monotonic() > self._deadline:
-            return  # past --stop-after: left for a --resume
-        lock = None
-        if self.config.per_gpu > 1 and not self.config.evaluator_urls:
-            locks = self.config.out_dir / ".locks"
-            locks.mkdir(exist_ok=True)
-            lock = str(locks / f"{slot or 'cpu'}.lock")
-        result = run_worker(self._argv(task), slot, self.config.timeout_s, lock)
-        if lock and _out_of_memory(result):  # beside other tasks: theirs as much as its own; alone, its own
-            with self._lock:
-                self._crowded_out.append(task)
-                with open(self.config.out_dir / CROWDED_OUT, "a") as f:
-                    f.write(task.key + "\n")
-            return
-        self._record(task, slot, result)
+        c = self.config
+        per_slot = 1 if c.evaluator_urls else max(1, c.per_gpu)  # a service shares its own GPUs
+        pool = TaskPool(WORKER, c.out_dir, c.slots, per_slot, c.timeout_s, stop_after_s=c.stop_after_s)
+        pool.run(tasks, key=lambda t: t.key, argv=self._argv, record=self._record)
 
     def _argv(self, task: BenchTask) -> list[str]:
         argv = ["--task", str(task.path), "--device", self.config.device]
@@ -149,6 +112,8 @@ class Bench:
         return argv
 
     def _record(self, task: BenchTask, slot: str | None, result: dict) -> None:
+        if result.get("crashed"):
+            result = {"correct": False, "tier": -1, **result}
         row = {"key": task.key, "name": task.name, "level": task.level, "gpu": slot, **result}
         with self._lock:
             append_row(self.config.out_dir / RESULTS, row)
@@ -183,48 +148,6 @@ class Bench:
 
 def _ray_worker(argv: list[str], timeout_s: float) -> dict:
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
-    result = run_worker(argv, None, timeout_s)
+    result = run_worker(WORKER, argv, dict(os.environ, PYTHONWARNINGS="ignore"), timeout_s)
     result["ray_gpu"] = gpu
     return result
-
-
-def _out_of_memory(result: dict) -> bool:
-    text = f"{result.get('error') or ''} {result.get('trace') or ''}"
-    return "out of memory" in text.lower() or "OutOfMemoryError" in text
-
-
-def run_worker(argv: list[str], slot: str | None, timeout_s: float, lock: str | None = None) -> dict:
-    """Run one task's worker process; its result, or a failure that says what happened to it. `lock`: the device
-    share's file when several tasks run on the device at once."""
-    with tempfile.TemporaryDirectory(prefix="cudagent-bench-") as tmp:
-        result_file = os.path.join(tmp, "result.json")
-        env = dict(os.environ, PYTHONWARNINGS="ignore")
-        if slot is not None:
-            env["CUDA_VISIBLE_DEVICES"] = slot
-        if lock is not None:
-            env[LOCK_ENV] = lock
-        start = time.monotonic()
-        proc = run_bounded(
-            [sys.executable, "-m", "cudagent.bench.worker", *argv, "--result", result_file, "--started", str(start)],
-            timeout_s=timeout_s,
-            env=env,
-        )
-        if os.path.isfile(result_file):
-            result = json.loads(Path(result_file).read_text())
-            result["process_s"] = round(time.monotonic() - start, 2)
-            return result
-        tail = proc.output[-1500:].strip()
-        if proc.timed_out:
-            why = f"the task ran past its {timeout_s:.0f} s limit and was stopped"
-        elif proc.returncode == -9:
-            why = "the task's worker was killed (SIGKILL: most often the kernel's out-of-memory killer)"
-        else:
-            why = f"the task's worker died (exit status {proc.returncode})"
-        return {
-            "correct": False,
-            "tier": -1,
-            "error": why,
-            "crashed": True,
-            "output_tail": tail,
-            "wall_s": round(time.monotonic() - start, 2),
-        }

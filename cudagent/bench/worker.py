@@ -18,23 +18,26 @@ from pathlib import Path
 
 from cudagent.device.share import device_share, waited_s
 from cudagent.resultlog import write_json_atomic
+from cudagent.taskpool import mentions_out_of_memory
 
 
 def run(args) -> dict:
-    from cudagent.evaluator.evaluator import EvalOptions, Evaluator
+    from cudagent.evaluator.evaluator import EvalOptions
     from cudagent.evaluator.nullcheck import null_candidates
-    from cudagent.device.info import resolve_device
+    from cudagent.evaluator.where import evaluators
     from cudagent.settings import Settings
     from cudagent.task import load_task, validate_task
-    from cudagent.workspace import resolve_candidate, workspace_for
 
     out: dict = {"task": str(args.task)}
     phases = out["phases_s"] = {"start": round(time.monotonic() - args.started, 2)}
     clock = _Clock(phases)
     task = load_task(Path(args.task))
+    where = evaluators(
+        args.evaluator, device=args.device, options=EvalOptions(fork_server=Settings.from_env().fork_server)
+    )
     if args.evaluator:
-        return {**out, **_remote(args, task)}
-    device = resolve_device(args.device)
+        return {**out, **_remote(args, task, where)}
+    device = where.device_info
     out["device"] = device.to_dict()
     with _reserved(task, device, args, out):
         with clock("validate"), device_share(exclusive=False):
@@ -48,10 +51,28 @@ def run(args) -> dict:
             return {**out, **_optimize(args, device)}
         if args.solution is None:
             return {**out, "correct": False, "tier": -1, "error": "no solution for this task", "missing": True}
-        options = EvalOptions(fork_server=Settings.from_env().fork_server)
-        with clock("evaluate"), Evaluator(task, device, options, null_candidates=out["null_candidates"]) as evaluator:
-            verdict = evaluator.evaluate(workspace_for(resolve_candidate(Path(args.solution)), task.source))
+        with clock("evaluate"):
+            verdict = _judge(where.port(task, null_candidates=out["null_candidates"]), task, args.solution)
         return {**out, **_kept(verdict)}
+
+
+def _judge(port, task, solution: str):
+    """The solution (a workspace or a KernelBench-format file) judged with timing through the evaluator port."""
+    import asyncio
+
+    from cudagent.evaluator.port import snapshot_of
+    from cudagent.workspace import resolve_candidate, workspace_for
+
+    snapshot = snapshot_of(workspace_for(resolve_candidate(Path(solution)), task.source))
+
+    async def judge():
+        await port.open()
+        try:
+            return await port.evaluate(snapshot, timing=True)
+        finally:
+            await port.close()
+
+    return asyncio.run(judge())
 
 
 @contextlib.contextmanager
@@ -143,42 +164,26 @@ def _kept(verdict) -> dict:
     return {k: v[k] for k in keep}
 
 
-def _remote(args, task) -> dict:
-    """The task judged on `cudagent serve` services (--evaluator): the service checks it for null candidates and
-    flags a degenerate task in the verdict."""
+def _remote(args, task, where) -> dict:
+    """The task judged on `cudagent serve` services (--evaluator): the service checks it for null candidates."""
     import asyncio
-    import re
 
-    from cudagent.evaluator.port import snapshot_of
-    from cudagent.serve.client import EvaluatorPool
-    from cudagent.workspace import resolve_candidate, workspace_for
-
-    pool = EvaluatorPool.from_env(args.evaluator)
     if args.optimize:
-        port = pool.port(task)
+        port = where.port(task)
         asyncio.run(port.open())
         device = port.device()
         asyncio.run(port.close())
-        return {"device": device, **_optimize(args, None, pool.urls)}
+        return {"device": device, **_optimize(args, None, where.urls)}
     if args.solution is None:
         return {"correct": False, "tier": -1, "error": "no solution for this task", "missing": True}
-    snapshot = snapshot_of(workspace_for(resolve_candidate(Path(args.solution)), task.source))
-
-    async def judge():
-        port = pool.port(task)
-        await port.open()
-        try:
-            return await port.evaluate(snapshot, timing=True), port.device()
-        finally:
-            await port.close()
-
-    verdict, device = asyncio.run(judge())
-    nulls = []
-    for flag in verdict.flags:
-        found = re.match(r"DEGENERATE_TASK: the null candidate\(s\) (.+?) pass", flag)
-        if found:
-            nulls = [n.strip() for n in found.group(1).split(",")]
-    return {"device": device, "null_candidates": nulls, "evaluator": pool.urls, **_kept(verdict)}
+    port = where.port(task)
+    verdict = _judge(port, task, args.solution)
+    return {
+        "device": port.device(),
+        "null_candidates": verdict.null_candidates,
+        "evaluator": where.urls,
+        **_kept(verdict),
+    }
 
 
 def _optimize(args, device, evaluator_urls: list[str] | None = None) -> dict:
@@ -236,6 +241,7 @@ def main() -> None:
             "error": message,
             "trace": traceback.format_exc()[-3000:],
         }
+    result["out_of_memory"] = mentions_out_of_memory(f"{result.get('error') or ''} {result.get('trace') or ''}")
     result["wall_s"] = round(time.monotonic() - start, 2)
     result["device_wait_s"] = round(waited_s(), 2)
     write_json_atomic(args.result, result)

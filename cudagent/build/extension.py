@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cudagent.errors import EnvironmentProblem
 from cudagent.device.info import DeviceInfo
+from cudagent.errors import EnvironmentProblem
 from cudagent.procs import Limits, physical_memory_bytes, run_bounded
 from cudagent.resources import PACKAGE_DIR
 from cudagent.workspace import EXTENSION_NAME, Workspace

@@ -12,8 +12,8 @@ from pathlib import Path
 import typer
 
 from cudagent.cli.app import app
-from cudagent.cli.check import device_option
-from cudagent.cli.optimize import evaluator_urls
+from cudagent.cli.options import device_option, evaluator_urls
+from cudagent.cli.progress import TaskProgress
 from cudagent.errors import CudagentError, EnvironmentProblem, ExitCode
 
 SELECT_PANEL = "Tasks"
@@ -44,7 +44,12 @@ def bench(
     device: str = device_option("GPUs (CUDA kernels) or the CPU (C++ kernels)."),
     gpus: str = typer.Option(None, help="GPU ids to use, one worker each, e.g. 0,1 (default: all)."),
     timeout: float = typer.Option(1800.0, help="Seconds one task may take before it counts as failed."),
-    out: Path = typer.Option(Path("bench-out"), help="Where results.jsonl and the report go."),
+    out: Path = typer.Option(
+        None,
+        help="Where results.jsonl and the report go (default: bench/<folder name> in cudagent's home, where --resume "
+        "finds it again).",
+        show_default=False,
+    ),
     resume: bool = typer.Option(False, "--resume", help="Keep the results already in OUT and run the rest."),
     ray: str = typer.Option(None, help="Run the workers as Ray tasks on this cluster (`local` starts one here)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON line per finished task, then a summary object."),
@@ -102,6 +107,10 @@ def bench(
         raise CudagentError("--baselines-only times the references alone; leave out --solutions (or --baselines-only)")
     levels = [x.strip() for x in level.split(",")] if level else None
     tasks = discover(tasks_dir, levels, select, list_file)
+    if out is None:
+        from cudagent.settings import Settings
+
+        out = Settings.from_env().home / "bench" / tasks_dir.resolve().name
     urls = evaluator_urls(",".join(evaluator or []))
     if urls:
         dev, slots = _remote(urls, jobs, gpus)
@@ -119,7 +128,7 @@ def bench(
     config.per_gpu, config.baselines_only, config.stop_after_s = per_gpu, baselines_only, stop_after
     runner = Bench(config)
     pending = runner.pending(tasks)
-    progress = BenchProgress(len(pending) - len(runner.unsolved(pending)), enabled=not as_json and sys.stderr.isatty())
+    progress = TaskProgress(len(pending) - len(runner.unsolved(pending)), enabled=not as_json and sys.stderr.isatty())
 
     def show(row: dict) -> None:
         if as_json:
@@ -173,13 +182,13 @@ def _remote(urls: list[str], jobs: int | None, gpus: str | None):
     import asyncio
 
     from cudagent.device.info import DeviceInfo
-    from cudagent.serve.client import EvaluatorPool
+    from cudagent.evaluator.where import evaluators
 
     if gpus:
         raise CudagentError("--gpus is for this machine's GPUs; with --evaluator the service chooses (its --gpus)")
     if jobs is not None and jobs <= 0:
         raise typer.BadParameter("must be positive", param_hint="--jobs")
-    pool = EvaluatorPool.from_env(urls)
+    pool = evaluators(urls)
     infos = [asyncio.run(pool.info(u)) for u in pool.urls]
     workers = [w for info in infos for w in info["workers"]]
     device = next((w["device"] for w in workers if w.get("device")), None)
@@ -283,44 +292,3 @@ def task_line(row: dict) -> str:
     )
     tier = f", tier {row.get('tier')}" if row.get("tier") is not None else ""
     return f"{name}: {status}{tier}{speed}{why}"
-
-
-class BenchProgress:
-    """Finished tasks as lines, and (on a terminal) a bar with the count done, left and the time to go, on
-    stderr; without a terminal, just the lines."""
-
-    def __init__(self, total: int, enabled: bool, label: str = "bench"):
-        self.total, self.enabled, self.label = total, enabled, label
-        self._progress = None
-
-    def __enter__(self) -> BenchProgress:
-        if self.enabled and self.total:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self._progress = Progress(
-                TextColumn(self.label),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("tasks, time left"),
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
-                transient=True,
-                speed_estimate_period=24 * 3600,  # tasks take minutes: estimate from all of them, not the last 30 s
-            )
-            self._progress.start()
-            self._task = self._progress.add_task("bench", total=self.total)
-        return self
-
-    def done(self, line: str, counts: bool = True) -> None:
-        """A finished task's line; `counts`: it was run (a skipped task is not, and would skew the time left)."""
-        if self._progress is not None:
-            self._progress.console.print(line, highlight=False, soft_wrap=True, markup=False)
-            if counts:
-                self._progress.advance(self._task)
-        else:
-            typer.echo(line, err=True)
-
-    def __exit__(self, *exc) -> None:
-        if self._progress is not None:
-            self._progress.stop()

@@ -13,21 +13,8 @@ from pathlib import Path
 import typer
 
 from cudagent.cli.app import app
+from cudagent.cli.options import device_option, evaluator_urls
 from cudagent.errors import ExitCode
-
-DEVICES = ("auto", "cuda", "cpu")
-
-
-def _device(value: str) -> str:
-    if value not in DEVICES:
-        raise typer.BadParameter(f"{value!r} is not a device; use auto, cuda or cpu")
-    return value
-
-
-def device_option(help_text: str):
-    """--device auto|cuda|cpu, refused in one sentence of ours (not the validator's wording) when it is neither."""
-    return typer.Option("auto", help=help_text, metavar="auto|cuda|cpu", callback=_device)
-
 
 EXIT_CODES = (
     "Exit codes: 0 correct, 1 rejected (incorrect, a violation, a build failure, a crash or a hang), "
@@ -51,6 +38,12 @@ COMPILE_OPT = typer.Option(
 MARGIN_OPT = typer.Option(0.05, help="How much faster than both baselines tier 3 needs (0.05 = 5%).")
 CALL_TIMEOUT_OPT = typer.Option(120.0, help="Seconds one forward call may take before it counts as a hang.")
 BUILD_TIMEOUT_OPT = typer.Option(600.0, help="Seconds the build may take.")
+EVALUATOR_OPT = typer.Option(
+    None,
+    envvar="CUDAGENT_EVALUATOR_URL",
+    help="Evaluate on a `cudagent serve` service (URLs, comma-separated; token: $CUDAGENT_EVALUATOR_TOKEN) with "
+    "its settings, instead of this machine.",
+)
 
 
 @app.command(
@@ -74,6 +67,7 @@ def check(
     margin: float = MARGIN_OPT,
     call_timeout: float = CALL_TIMEOUT_OPT,
     build_timeout: float = BUILD_TIMEOUT_OPT,
+    evaluator: str = EVALUATOR_OPT,
 ) -> None:
     """Build, audit, verify and time a candidate against its task; print the verdict."""
     _run(
@@ -90,6 +84,7 @@ def check(
         build_timeout,
         ncu=False,
         detail=False,
+        evaluator=evaluator,
     )
 
 
@@ -114,6 +109,7 @@ def profile(
     margin: float = MARGIN_OPT,
     call_timeout: float = CALL_TIMEOUT_OPT,
     build_timeout: float = BUILD_TIMEOUT_OPT,
+    evaluator: str = EVALUATOR_OPT,
 ) -> None:
     """Verify and time a candidate, and show where its time goes: per-target statistics, the roofline against the
     device's measured peaks, the kernel breakdown of the candidate and of torch.compile."""
@@ -131,6 +127,7 @@ def profile(
         build_timeout,
         ncu=ncu,
         detail=True,
+        evaluator=evaluator,
     )
 
 
@@ -148,19 +145,22 @@ def _run(
     build_timeout,
     ncu: bool,
     detail: bool,
+    evaluator: str | None = None,
 ) -> None:
+    import asyncio
+
+    from cudagent.errors import CudagentError
     from cudagent.evaluator.compare import Tolerance
-    from cudagent.evaluator.evaluator import EvalOptions, Evaluator
-    from cudagent.device.info import resolve_device
+    from cudagent.evaluator.evaluator import EvalOptions
+    from cudagent.evaluator.port import snapshot_of
+    from cudagent.evaluator.where import evaluators
     from cudagent.settings import Settings
     from cudagent.task import load_task
     from cudagent.workspace import resolve_candidate, workspace_for
 
     if compile_mode not in ("default", "max-autotune", "reduce-overhead"):
         raise typer.BadParameter("use default, max-autotune or reduce-overhead", param_hint="--compile-mode")
-    the_task = load_task(task)
-    cand = resolve_candidate(candidate)
-    dev = resolve_device(device)
+    urls = evaluator_urls(evaluator)
     options = EvalOptions(
         tolerance=Tolerance(atol, rtol),
         timing=timing,
@@ -171,12 +171,47 @@ def _run(
         ncu=ncu,
         fork_server=Settings.from_env().fork_server,
     )
-    with _status(enabled=not as_json and sys.stderr.isatty()) as status:
+    if urls:
+        changed = _changed_settings(options)
+        if changed:
+            raise CudagentError(
+                f"{', '.join(changed)} cannot be used with --evaluator: the service evaluates with its own settings"
+            )
+    the_task = load_task(task)
+    snapshot = snapshot_of(workspace_for(resolve_candidate(candidate), the_task.source))
+    where = evaluators(urls, device=device, options=options)
+
+    async def judge():
+        port = where.port(the_task)
+        await port.open(fail_fast=True)
+        try:
+            return await port.evaluate(snapshot, timing=timing)
+        finally:
+            await port.close()
+
+    with _status(enabled=not as_json and sys.stderr.isatty() and not urls) as status:
         options.on_phase = status
-        with Evaluator(the_task, dev, options) as evaluator:
-            verdict = evaluator.evaluate(workspace_for(cand, the_task.source))
+        verdict = asyncio.run(judge())
     typer.echo(json.dumps(verdict.to_dict(), default=str) if as_json else verdict.summary(detail=detail))
     raise typer.Exit(int(ExitCode.OK if verdict.correct else ExitCode.REJECTED))
+
+
+def _changed_settings(options) -> list[str]:
+    """The evaluation settings given on the command line that differ from the defaults (a service uses its own)."""
+    from cudagent.evaluator.compare import Tolerance
+    from cudagent.evaluator.evaluator import EvalOptions
+
+    default = EvalOptions()
+    changed = []
+    if options.tolerance != Tolerance():
+        changed.append("--atol/--rtol")
+    for flag, field in (("--compile-mode", "compile_mode"), ("--margin", "margin"), ("--ncu", "ncu")):
+        if getattr(options, field) != getattr(default, field):
+            changed.append(flag)
+    for flag, field in (("--call-timeout", "call_timeout_s"), ("--build-timeout", "build_timeout_s")):
+        if getattr(options, field) != getattr(default, field):
+            changed.append(flag)
+    return changed
 
 
 class _status:

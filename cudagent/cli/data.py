@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from cudagent.cli.app import app
-from cudagent.cli.check import device_option
+from cudagent.cli.options import device_option
 from cudagent.errors import CudagentError, ExitCode
 
 data_app = typer.Typer(
@@ -160,7 +160,7 @@ def filter_tasks(
     """Run every filter on a folder of tasks; keep those that pass in OUT/tasks/ (a folder `cudagent bench` runs)
     and write a report of what each filter dropped and why."""
     from cudagent.bench.tasks import discover
-    from cudagent.cli.bench import BenchProgress
+    from cudagent.cli.progress import TaskProgress
     from cudagent.data.pipeline import FilterConfig, Pipeline, done_rows
     from cudagent.data.report import build_report, write_report
     from cudagent.device.info import resolve_device
@@ -197,7 +197,7 @@ def filter_tasks(
     )
 
     pending = len(files) - (len(done_rows(out)) if resume else 0)
-    progress = BenchProgress(max(0, pending), enabled=not as_json and sys.stderr.isatty(), label="filter")
+    progress = TaskProgress(max(0, pending), enabled=not as_json and sys.stderr.isatty(), label="filter")
 
     def show(row: dict) -> None:
         if as_json:
@@ -295,8 +295,8 @@ def export(
         raise typer.BadParameter("use verl or tasks", param_hint="--format")
     if out.suffix != ".parquet":
         raise CudagentError(f"{out}: verl reads parquet; give a path ending in .parquet")
-    from cudagent.evaluator.port import environment
     from cudagent.device.info import resolve_device
+    from cudagent.evaluator.local import environment
 
     dev = resolve_device(device)
     rows = verl_rows(

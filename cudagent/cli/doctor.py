@@ -10,8 +10,7 @@ from pathlib import Path
 import typer
 
 from cudagent.cli.app import app
-from cudagent.cli.check import device_option
-from cudagent.cli.optimize import ENV_HELP
+from cudagent.cli.options import ENV_HELP, device_option
 from cudagent.errors import ExitCode
 
 

@@ -8,30 +8,15 @@ from pathlib import Path
 import typer
 
 from cudagent.cli.app import app
-from cudagent.cli.check import device_option
+from cudagent.cli.options import ENV_HELP, device_option, evaluator_urls
 from cudagent.errors import CudagentError, ExitCode, Terminated
 
-ENV_HELP = (
-    "Environment: OPENAI_BASE_URL (the server, e.g. http://localhost:8000/v1 for vLLM), OPENAI_API_KEY, "
-    "CUDAGENT_HOME (where runs are kept, default ~/.local/share/cudagent), CUDAGENT_CACHE_DIR (builds, baselines), "
-    "CUDAGENT_PRICE_INPUT / CUDAGENT_PRICE_OUTPUT (dollars per million tokens, to report cost), "
-    "CUDAGENT_EVALUATOR_URL / CUDAGENT_EVALUATOR_TOKEN (a `cudagent serve` service to evaluate on)."
-)
 OPTIMIZE_EXIT = (
     "Exit codes: 0 the run ended normally (finish or a limit), whatever it found; 2 bad task file or options; "
     "3 environment problem (no GPU for --device cuda, model server unreachable or unusable, --sandbox bwrap where "
     "bubblewrap cannot run); 130 interrupted (SIGINT), 143 terminated (SIGTERM): resume with --resume."
 )
 MODEL_PANEL = "Model server"
-
-
-def evaluator_urls(value: str | None) -> list[str] | None:
-    """--evaluator's URLs, each checked (a missing scheme is named at once)."""
-    if not value:
-        return None
-    from cudagent.serve.client import check_url
-
-    return [check_url(u) for u in value.split(",") if u.strip()] or None
 
 
 class SandboxChoice(str, Enum):

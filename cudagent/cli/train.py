@@ -128,13 +128,13 @@ def rft_collect(
         if samples < 1 or concurrency < 1:
             raise typer.BadParameter("must be at least 1", param_hint="--samples/--concurrency")
         from cudagent.agent.backends import BackendError, CompletionsBackend, load_tokenizer
-        from cudagent.serve.client import EvaluatorPool
+        from cudagent.evaluator.where import evaluators
         from cudagent.train.command import read_rows
         from cudagent.train.rollout import RolloutSettings
 
         rows = read_rows(data)
-        pool = EvaluatorPool.from_env(list(evaluator))
-        asyncio.run(pool.info())  # nothing answering, a wrong token: one sentence before any episode
+        pool = evaluators(list(evaluator))
+        asyncio.run(pool.check())  # nothing answering, a wrong token: one sentence before any episode
         settings = RolloutSettings(max_turns=max_turns, response_tokens=response_tokens)
         backend = CompletionsBackend(base_url, served_model)
         try:

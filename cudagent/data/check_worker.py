@@ -8,13 +8,12 @@ memory limit), writing one JSON object: {"dropped_by": FILTER or null, "why", "r
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 import traceback
 from pathlib import Path
 
-from cudagent.device.share import device_share, hold_alone
+from cudagent.device.share import alone, device_share
 from cudagent.resultlog import write_json_atomic
+from cudagent.taskpool import mentions_out_of_memory
 
 RUNTIME_CALLS = 7
 
@@ -79,20 +78,17 @@ def _load_and_run(args, device: str):
 
 
 def _median_ms(model, inputs: list, device: str) -> float:
+    """The task's time per call as the evaluator's timing loop measures it (evaluator/measure.py: the same clock as
+    every verdict), over a few samples: the runtime window needs the order of magnitude, not a tier's precision."""
+    import statistics
+
     import torch
 
-    times = []
-    with torch.no_grad():
-        for i in range(RUNTIME_CALLS + 2):
-            if device == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            model(*inputs)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            if i >= 2:  # warm-up: allocator, cuDNN/cuBLAS heuristics
-                times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    from cudagent.evaluator.measure import Plan, measure
+
+    plan = Plan(min_samples=RUNTIME_CALLS, min_seconds=0.0, max_samples=RUNTIME_CALLS, warmup_calls=2)
+    timed = measure(lambda k: model(*inputs), 1, torch.device(device), plan)
+    return statistics.median(timed["ms"])
 
 
 def _compile_disagrees(args, model, inputs: list, expected) -> str | None:
@@ -113,27 +109,6 @@ def _compile_disagrees(args, model, inputs: list, expected) -> str | None:
     return None if result.ok else f"torch.compile disagrees with eager: {result.violations[0].message}"
 
 
-def _out_of_memory(result: dict) -> bool:
-    return result.get("dropped_by") == "runs" and "OutOfMemoryError" in (result.get("why") or "")
-
-
-def check_alone(args) -> dict:
-    """The checks again with the device to this worker alone: running out of memory beside other workers is theirs
-    as much as the task's (on the H100, 8 of 370 tasks were dropped so before this); out of memory alone drops it."""
-    import gc
-
-    import torch
-
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    hold_alone()
-    result = check(args)
-    if _out_of_memory(result):
-        result["why"] = "needs more device memory than the device has, alone on it: " + result["why"]
-    return result
-
-
 def _attempt(fn, args) -> dict:
     try:
         return fn(args)
@@ -149,12 +124,15 @@ def main() -> None:
     parser.add_argument("--runtime-ms", default="0,1e9")
     parser.add_argument("--compile", default="inductor")
     parser.add_argument("--task-timeout", type=float, default=120.0)
+    parser.add_argument("--started", type=float, help="the pool's time.monotonic() when it started this process")
     args = parser.parse_args()
     lo, hi = (float(x) for x in args.runtime_ms.split(","))
     args.window = (lo, hi)
     result = _attempt(check, args)
-    if _out_of_memory(result):
-        result = _attempt(check_alone, args)
+    if result.get("dropped_by") == "runs" and mentions_out_of_memory(result.get("why") or ""):
+        result["out_of_memory"] = True  # the task pool runs it again with the device to itself, unless it was
+        if alone():
+            result["why"] = "needs more device memory than the device has, alone on it: " + result["why"]
     write_json_atomic(args.result, result)
 
 

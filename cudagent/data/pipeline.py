@@ -1,26 +1,24 @@
 """Filtering a folder of task files into a dataset: the cheap filters in this process (static, duplicates,
-similarity to a reference set), then the running ones in a worker process per task, several at once (one per GPU,
-or `jobs` on the CPU). Every verdict is appended to OUT/filter.jsonl as it comes (fsync'ed), so a killed run loses
-nothing and `resume` skips what is done; kept tasks are copied to OUT/tasks/.
+similarity to a reference set), then the running ones in a worker process per task (cudagent.data.check_worker, run
+by the task pool of taskpool.py), several at once (one per GPU, or `jobs` on the CPU). Every verdict is appended to
+OUT/filter.jsonl as it comes (fsync'ed), so a killed run loses nothing and `resume` skips what is done; kept tasks
+are copied to OUT/tasks/.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
-import sys
-import tempfile
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudagent.data.filters import similarity_reason, static_reason
 from cudagent.data.similarity import Fingerprint, fingerprint, most_similar
-from cudagent.procs import Limits, physical_memory_bytes, run_bounded, run_in_slots
+from cudagent.procs import physical_memory_bytes
 from cudagent.resultlog import append_row, read_rows
+from cudagent.taskpool import TaskPool
 
 RESULTS = "filter.jsonl"
 
@@ -53,7 +51,6 @@ class Pipeline:
         self.on_result = on_result or (lambda row: None)
         self._lock = threading.Lock()
         (out / "tasks").mkdir(parents=True, exist_ok=True)
-        (out / ".locks").mkdir(exist_ok=True)  # one per device: checks share it, timings have it alone
         self._refs: dict[str, Fingerprint] = {}
         for name, source in config.references.items():
             try:
@@ -96,52 +93,47 @@ class Pipeline:
         self._run_workers(to_run)
         return list(done_rows(self.out).values())
 
-    # ----- the running filters, one worker thread per slot --------------------------------------------------------
+    # ----- the running filters, in the task pool ------------------------------------------------------------------
 
     def _run_workers(self, items: list) -> None:
-        run_in_slots(items, self.config.slots, self._run_one)
+        c = self.config
+        env = {
+            # inductor's cache is keyed by the code it generates, so the run's workers share one (a chain's kernels
+            # compiled for one task serve the next task that fuses the same ops at the same sizes)
+            "TORCHINDUCTOR_CACHE_DIR": str(self.out / ".inductor"),
+            # one compile thread: a task fuses into a few kernels, and a pool of compile processes per worker
+            # (inductor's default) multiplies processes by workers on cores the workers already share
+            "TORCHINDUCTOR_COMPILE_THREADS": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS", "1"),
+        }
+        memory = physical_memory_bytes() // (2 * max(1, len(c.slots)))
+        pool = TaskPool("cudagent.data.check_worker", self.out, c.slots, 1, c.timeout_s, memory, env)
+        pool.run(items, key=lambda item: item[1]["key"], argv=self._argv, record=self._finished)
 
-    def _run_one(self, slot: str | None, item: tuple) -> None:
+    def _argv(self, item: tuple) -> list[str]:
+        c = self.config
+        return [
+            "--task", str(item[0]), "--device", c.device, "--runtime-ms", f"{c.runtime_ms[0]},{c.runtime_ms[1]}",
+            "--compile", c.compile_backend, "--task-timeout", str(max(10.0, c.timeout_s / 2)),
+        ]  # fmt: skip
+
+    def _finished(self, item: tuple, slot: str | None, result: dict) -> None:
         path, row = item
-        started = time.monotonic()
-        row = {**row, **self._check(path, slot)}
-        row["check_s"] = round(time.monotonic() - started, 2)  # the worker's wall time: the filter's throughput
+        if result.get("crashed"):
+            tail = (result.get("output_tail") or "").strip().splitlines()[-1:] or [""]
+            result = {"dropped_by": "runs", "why": result["error"] + (f": {tail[0][:200]}" if tail[0] else "")}
+        # the worker's wall time: the filter's throughput
+        row = {**row, **_kept(result), "check_s": result.get("process_s", result.get("wall_s"))}
         if row.get("dropped_by") is None:
             shutil.copyfile(path, self.out / "tasks" / f"{path.stem}.py")
         self._record(row)
-
-    def _check(self, path: Path, slot: str | None) -> dict:
-        c = self.config
-        with tempfile.TemporaryDirectory(prefix="cudagent-data-") as tmp:
-            result_file = os.path.join(tmp, "result.json")
-            # inductor's cache is keyed by the code it generates, so the run's workers share one (a chain's kernels
-            # compiled for one task serve the next task that fuses the same ops at the same sizes)
-            env = dict(os.environ, PYTHONWARNINGS="ignore", TORCHINDUCTOR_CACHE_DIR=str(self.out / ".inductor"))
-            # one compile thread: a task fuses into a few kernels, and a pool of compile processes per worker
-            # (inductor's default) multiplies processes by workers on cores the workers already share
-            env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-            env["CUDAGENT_DEVICE_LOCK"] = str(self.out / ".locks" / f"{slot or 'cpu'}.lock")
-            if slot is not None:
-                env["CUDA_VISIBLE_DEVICES"] = slot
-            argv = [
-                sys.executable, "-m", "cudagent.data.check_worker", "--task", str(path), "--result", result_file,
-                "--device", c.device, "--runtime-ms", f"{c.runtime_ms[0]},{c.runtime_ms[1]}",
-                "--compile", c.compile_backend, "--task-timeout", str(max(10.0, c.timeout_s / 2)),
-            ]  # fmt: skip
-            memory = physical_memory_bytes() // (2 * max(1, len(c.slots)))
-            proc = run_bounded(argv, timeout_s=c.timeout_s, env=env, limits=Limits(memory_bytes=memory))
-            if os.path.isfile(result_file):
-                result = json.loads(Path(result_file).read_text())
-                result.pop("trace", None)
-                return result
-        if proc.timed_out:
-            return {"dropped_by": "runs", "why": f"still running after {c.timeout_s:.0f} s (killed)"}
-        if proc.killed_for:
-            return {"dropped_by": "runs", "why": f"the task {proc.limit_message}"}
-        tail = proc.output.strip().splitlines()[-1:] or [""]
-        return {"dropped_by": "runs", "why": f"its checker died (exit status {proc.returncode}): {tail[0][:200]}"}
 
     def _record(self, row: dict) -> None:
         with self._lock:
             append_row(self.out / RESULTS, row)
             self.on_result(row)
+
+
+def _kept(result: dict) -> dict:
+    """What a row keeps of a check worker's result."""
+    keys = ("dropped_by", "why", "runtime_ms", "retried_alone")
+    return {k: result[k] for k in keys if k in result}

@@ -9,8 +9,8 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
-from cudagent.png import histogram_plot
 from cudagent.data.filters import FILTERS
+from cudagent.png import histogram_plot
 
 
 def build_report(rows: list[dict], meta: dict) -> dict:

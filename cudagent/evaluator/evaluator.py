@@ -27,6 +27,7 @@ from cudagent.build.extension import (
     build_workspace,
     summarize_compiler_output,
 )
+from cudagent.device.info import DeviceInfo
 from cudagent.device.share import device_share
 from cudagent.evaluator.baselines import Baselines
 from cudagent.evaluator.compare import Tolerance
@@ -44,7 +45,6 @@ from cudagent.evaluator.static_audit import audit_model_new
 from cudagent.evaluator.verdict import TIER_MARGIN, Verdict
 from cudagent.evaluator.verify import TrialRunner, load_message
 from cudagent.evaluator.zygote import Zygote
-from cudagent.device.info import DeviceInfo
 from cudagent.task import Task, validate_task
 from cudagent.workspace import CandidateFormat, Workspace
 
@@ -329,6 +329,7 @@ class Evaluator:
         if self._nulls is None:
             with device_share(exclusive=False):
                 self._nulls = null_candidates(self.task, self.device.kind, self.options.tolerance)
+        v.null_candidates = list(self._nulls)
         if self._nulls:
             v.flags.append(
                 f"DEGENERATE_TASK: the null candidate(s) {', '.join(self._nulls)} pass this task under its stock "

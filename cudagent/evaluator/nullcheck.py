@@ -1,5 +1,6 @@
 """Null candidates: outputs that owe nothing to the computation. A task on which one of them passes is degenerate
-(its output is constant, tiny, or equal to an input), and a "solution" to it proves nothing (REFERENCE.md §2).
+(its output is constant, tiny, or equal to an input), and a "solution" to it proves nothing (KernelBench has such tasks,
+and a harness that does not check for them scores them).
 
     zeros        all zeros
     mean         the mean of the output on another input draw, everywhere
@@ -15,8 +16,8 @@ import secrets
 
 import torch
 
-from cudagent.evaluator.compare import Tolerance, compare
 from cudagent.device.info import release_cached_device_memory
+from cudagent.evaluator.compare import Tolerance, compare
 from cudagent.task import Task
 
 DRAWS = 3

@@ -1,27 +1,32 @@
 """The evaluator as an episode sees it: build and evaluate snapshots of the files an agent owns.
 
 A snapshot is `{relative path: bytes}` of model_new.py and the sources under kernels/; the reference and the fixed
-infrastructure never travel, since the evaluator has its own pristine copies. The port never judges an agent's live
-directory: the local implementation writes each snapshot into a scratch workspace of its own (only the files that
-changed, so builds stay incremental for the episode) and evaluates that. A remote implementation (the service of
-`cudagent serve`) fits the same protocol: verdicts and build results round-trip through JSON.
+infrastructure never travel, since the evaluator has its own pristine copies. A port never judges an agent's live
+directory. Two implementations: on this machine (local.py: each snapshot written into a scratch workspace of its
+own, only the files that changed, so builds stay incremental for the episode) and on `cudagent serve` services
+(remote.py: verdicts and build results round-trip through JSON). where.py chooses between them; nothing else
+constructs an evaluator.
+
+    port = evaluators(urls, device="auto").port(task)    # where.py
+    await port.open()                                     # validates the task (here or on the service)
+    port.describe(), port.device()                        # what the prompts say; the device's facts
+    await port.build(snapshot); await port.evaluate(snapshot, timing=True)
+    await port.close()
 """
 
 from __future__ import annotations
 
-import asyncio
-import shutil
-import tempfile
+import hashlib
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from cudagent.build.extension import BuildResult
 from cudagent.errors import EnvironmentProblem
-from cudagent.evaluator.evaluator import EvalOptions, Evaluator
-from cudagent.evaluator.verdict import Verdict
-from cudagent.device.info import DeviceInfo
-from cudagent.task import Task
 from cudagent.workspace import KERNELS, MODEL_NEW, SOURCE_SUFFIXES, Workspace
+
+if TYPE_CHECKING:
+    from cudagent.build.extension import BuildResult
+    from cudagent.evaluator.verdict import Verdict
+    from cudagent.task import Task
 
 Snapshot = dict[str, bytes]
 MAX_SNAPSHOT_BYTES = 16 << 20
@@ -65,6 +70,18 @@ def check_snapshot(snapshot: Snapshot) -> None:
         raise SnapshotError(f"the snapshot holds {total} bytes; at most {MAX_SNAPSHOT_BYTES} are accepted")
 
 
+def agent_files(files: dict[str, bytes]) -> Snapshot:
+    """The files of `files` (a commit's tree, say) that a snapshot may hold; the others left out."""
+    owned = {}
+    for rel, data in files.items():
+        try:
+            check_snapshot({rel: data})
+        except SnapshotError:
+            continue
+        owned[rel] = data
+    return owned
+
+
 def write_snapshot(snapshot: Snapshot, ws: Workspace) -> None:
     """Make `ws` hold exactly the snapshot's agent-owned files; unchanged files keep their times (ninja)."""
     check_snapshot(snapshot)
@@ -82,8 +99,25 @@ def write_snapshot(snapshot: Snapshot, ws: Workspace) -> None:
         tmp.replace(target)
 
 
+def snapshot_digest(snapshot: Snapshot) -> str:
+    """sha256 over the sorted paths and contents: what a verdict is about."""
+    h = hashlib.sha256()
+    for path in sorted(snapshot):
+        data = snapshot[path]
+        h.update(f"{path}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
 @runtime_checkable
 class EvaluatorPort(Protocol):
+    """One episode's evaluator, for one task. Evaluations of one port run one at a time; many ports may run at
+    once."""
+
+    async def open(self, fail_fast: bool = False) -> None:
+        """Validate the task and get ready (a remote port opens its session). `fail_fast`: nothing answering is an
+        error at once, not retried (a new run, before anything exists)."""
+
     async def build(self, snapshot: Snapshot) -> BuildResult:
         """Build the snapshot's extension (incrementally, within one episode)."""
 
@@ -94,76 +128,20 @@ class EvaluatorPort(Protocol):
         """What the prompts say about where kernels run: {"env": {gpu, arch, device, cuda, torch},
         "baselines": cached baseline medians or None}."""
 
-    async def close(self) -> None:
-        """Give back what the port holds (processes, scratch directories)."""
-
-
-class LocalEvaluator:
-    """The evaluator on this machine, behind the port. One per episode: evaluations of one port run one at a time
-    (its scratch workspace is one directory); many ports may evaluate at once."""
-
-    def __init__(
-        self,
-        task: Task,
-        device: DeviceInfo,
-        options: EvalOptions | None = None,
-        evaluator: Evaluator | None = None,
-        scratch_root: Path | None = None,
-    ):
-        self.task, self.device = task, device
-        self.evaluator = evaluator or Evaluator(task, device, options)  # validates the task
-        self._owns_evaluator = evaluator is None
-        self._dir = Path(tempfile.mkdtemp(prefix="cudagent-eval-", dir=scratch_root))
-        self.workspace = Workspace.create(self._dir / "ws", task.source)
-        self._lock = asyncio.Lock()
-
-    async def build(self, snapshot: Snapshot) -> BuildResult:
-        async with self._lock:
-            return await asyncio.to_thread(self._build, snapshot)
-
-    async def evaluate(self, snapshot: Snapshot, timing: bool, fresh: bool = False) -> Verdict:
-        async with self._lock:
-            return await asyncio.to_thread(self._evaluate, snapshot, timing, fresh)
-
-    def describe(self) -> dict:
-        return {"env": environment(self.device), "baselines": self.evaluator.baselines.cached_medians()}
+    def device(self) -> dict:
+        """The facts of the device kernels run on (DeviceInfo as a dict): a run's header, the skills to load."""
 
     async def close(self) -> None:
-        if self._owns_evaluator:
-            await asyncio.to_thread(self.evaluator.close)
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-    # ----- blocking work, in a thread ----------------------------------------------------------------------------
-
-    def _build(self, snapshot: Snapshot) -> BuildResult:
-        write_snapshot(snapshot, self.workspace)
-        self.workspace.ensure_infrastructure(self.task.source)
-        return self.evaluator.build(self.workspace)
-
-    def _evaluate(self, snapshot: Snapshot, timing: bool, fresh: bool) -> Verdict:
-        if not fresh:
-            write_snapshot(snapshot, self.workspace)
-            return self.evaluator.evaluate(self.workspace, timing=timing)
-        with tempfile.TemporaryDirectory(prefix="fresh-", dir=self._dir) as tmp:
-            ws = Workspace.create(Path(tmp) / "ws", self.task.source)
-            write_snapshot(snapshot, ws)
-            return self.evaluator.evaluate(ws, timing=timing)
+        """Give back what the port holds (processes, scratch directories, a session)."""
 
 
-def environment(device: DeviceInfo) -> dict:
-    """What the prompts say about the machine kernels run on."""
-    if device.is_cuda:
-        return {
-            "gpu": device.name,
-            "arch": device.arch,
-            "device": "cuda",
-            "cuda": device.cuda_version or "?",
-            "torch": device.torch_version,
-        }
-    return {
-        "gpu": f"CPU ({device.name}, no GPU: write C++ kernels)",
-        "arch": "host",
-        "device": "cpu",
-        "cuda": "none",
-        "torch": device.torch_version,
-    }
+class Evaluators(Protocol):
+    """Where candidates are judged (this machine, or `cudagent serve` services): a port per task."""
+
+    def port(self, task: Task) -> EvaluatorPort: ...
+
+    def where(self) -> dict | None:
+        """What a run's record says of it, so that a resume finds it again (None: this machine)."""
+
+    async def check(self) -> None:
+        """Fail at once, in one sentence, when it cannot be used (nothing answering, a wrong token)."""

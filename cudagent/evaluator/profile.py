@@ -28,6 +28,7 @@ import secrets
 import time
 from dataclasses import asdict, dataclass, field
 
+from cudagent.device.info import DeviceInfo
 from cudagent.evaluator.baselines import Baseline, BaselineError, Baselines, Measurement
 from cudagent.evaluator.compare import Tolerance, compare
 from cudagent.evaluator.judge import Extension, judge_tampering
@@ -39,7 +40,6 @@ from cudagent.evaluator.session import ChildProcess
 from cudagent.evaluator.transforms import InputSpec, ParamStream
 from cudagent.evaluator.trees import nbytes
 from cudagent.evaluator.verdict import TimeStats, Verdict, reward_tier
-from cudagent.device.info import DeviceInfo
 from cudagent.task import Task
 
 RECHECKS = 3

@@ -104,6 +104,7 @@ class Verdict:
     trials: list[Trial] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)  # facts worth reporting that are not violations
+    null_candidates: list[str] = field(default_factory=list)  # those that pass the task: a degenerate task
     task: dict = field(default_factory=dict)
     device: dict = field(default_factory=dict)
     candidate_format: str | None = None

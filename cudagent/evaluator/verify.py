@@ -21,6 +21,7 @@ import time
 
 import torch
 
+from cudagent.device.info import DeviceInfo
 from cudagent.evaluator.compare import Tolerance, compare
 from cudagent.evaluator.judge import Extension, judge_call, judge_failed_call, judge_tampering
 from cudagent.evaluator.session import ChildProcess
@@ -28,7 +29,6 @@ from cudagent.evaluator.transforms import InputSpec, secret_draw
 from cudagent.evaluator.trees import all_finite, has_dtype, nbytes_list, tensors
 from cudagent.evaluator.trials import sparse_mutation, stress_inputs
 from cudagent.evaluator.verdict import Trial, Verdict
-from cudagent.device.info import DeviceInfo
 from cudagent.task import Task, randomized_state
 from cudagent.workspace import CandidateFormat, Workspace
 

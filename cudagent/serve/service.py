@@ -40,7 +40,8 @@ from aiohttp import web
 
 import cudagent
 from cudagent.errors import CudagentError, EnvironmentProblem
-from cudagent.serve.wire import API, DEFAULT_MAX_BODY_BYTES, WireError
+from cudagent.evaluator.remote import API
+from cudagent.serve.wire import DEFAULT_MAX_BODY_BYTES, WireError
 
 WORKER_START_TIMEOUT_S = 300.0
 

@@ -1,17 +1,15 @@
-"""What travels between a client, the service's front and its workers: JSON bodies, snapshots as base64, errors as
-`{"error": {"code", "message"}}` with an HTTP status. Every verdict names the digest of the snapshot it judged, so a
-client can prove the answer is about the files it sent."""
+"""What travels between a client (evaluator/remote.py), the service's front and its workers: JSON bodies, snapshots
+as base64, errors as `{"error": {"code", "message"}}` with an HTTP status. Every verdict names the digest of the
+snapshot it judged (port.snapshot_digest), so a client can prove the answer is about the files it sent."""
 
 from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import re
 
 from cudagent.evaluator.port import Snapshot, SnapshotError, check_snapshot
 
-API = "/v1"
 TOKEN_HEADER = "Authorization"
 MAX_TASK_SOURCE_BYTES = 1 << 20
 # A snapshot may hold 16 MiB (port.MAX_SNAPSHOT_BYTES); base64 and JSON add a third.
@@ -28,10 +26,6 @@ class WireError(Exception):
 
     def body(self) -> dict:
         return {"error": {"code": self.code, "message": self.message}}
-
-
-def encode_snapshot(snapshot: Snapshot) -> dict[str, str]:
-    return {path: base64.b64encode(data).decode("ascii") for path, data in sorted(snapshot.items())}
 
 
 def decode_snapshot(files: object) -> Snapshot:
@@ -51,16 +45,6 @@ def decode_snapshot(files: object) -> Snapshot:
     except SnapshotError as exc:
         raise WireError(400, "BAD_SNAPSHOT", str(exc)) from None
     return snapshot
-
-
-def digest(snapshot: Snapshot) -> str:
-    """sha256 over the sorted paths and contents: what a verdict is about."""
-    h = hashlib.sha256()
-    for path in sorted(snapshot):
-        data = snapshot[path]
-        h.update(f"{path}\0{len(data)}\0".encode())
-        h.update(data)
-    return h.hexdigest()
 
 
 def check_task(task: object) -> tuple[str, str]:

@@ -1,11 +1,13 @@
 """One evaluator worker of `cudagent serve`: the sessions of one GPU (or of the CPU), in a process of its own that
 sees only its GPU (CUDA_VISIBLE_DEVICES), answering the front over a Unix socket.
 
-A session is one episode's evaluator port (a LocalEvaluator: its scratch workspace stays, so rebuilds stay
-incremental) and expires when idle. Builds run in parallel up to a bound shared with the host's other workers;
-verifications share the GPU up to `--concurrency`; a timed evaluation has the GPU to itself (the gate below). An
-evaluation that fails inside the evaluator itself (not a candidate's crash: those are verdicts) answers with an
-environment error and ends this process, which the front restarts: a faulty GPU never gives a verdict.
+A session is one episode's evaluator port (this machine's, from where.py: its scratch workspace stays, so rebuilds
+stay incremental) and expires when idle. Builds run in parallel up to a bound shared with the host's other workers;
+up to `--concurrency` evaluations run at once, sharing the GPU, and each timing inside them has the GPU to itself:
+the evaluator takes the device share (device/share.py) for every phase, and this worker names the lock, so its
+sessions' threads share the device as a bench's processes do. An evaluation that fails inside the evaluator itself
+(not a candidate's crash: those are verdicts) answers with an environment error and ends this process, which the
+front restarts: a faulty GPU never gives a verdict.
 
     python -m cudagent.serve.worker --socket PATH --scratch DIR --device cuda [--concurrency N --build-jobs N ...]
 """
@@ -19,6 +21,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -26,57 +29,16 @@ from pathlib import Path
 
 from aiohttp import web
 
-from cudagent.serve.wire import WireError, check_task, decode_snapshot, digest
-
-
-class Gate:
-    """Shared for verifications (up to `limit` at once), exclusive for timing: while an evaluation is timed nothing
-    else runs on this GPU, and a waiting timed evaluation lets no new verification in ahead of it."""
-
-    def __init__(self, limit: int):
-        self.limit = max(1, limit)
-        self.readers = 0
-        self.writer = False
-        self.writers_waiting = 0
-        self._cond = asyncio.Condition()
-
-    @contextlib.asynccontextmanager
-    async def shared(self):
-        async with self._cond:
-            await self._cond.wait_for(
-                lambda: not self.writer and not self.writers_waiting and self.readers < self.limit
-            )
-            self.readers += 1
-        try:
-            yield
-        finally:
-            async with self._cond:
-                self.readers -= 1
-                self._cond.notify_all()
-
-    @contextlib.asynccontextmanager
-    async def exclusive(self):
-        async with self._cond:
-            self.writers_waiting += 1
-            try:
-                await self._cond.wait_for(lambda: not self.writer and self.readers == 0)
-            finally:
-                self.writers_waiting -= 1
-                self._cond.notify_all()
-            self.writer = True
-        try:
-            yield
-        finally:
-            async with self._cond:
-                self.writer = False
-                self._cond.notify_all()
+from cudagent.device import share
+from cudagent.evaluator.port import snapshot_digest
+from cudagent.serve.wire import WireError, check_task, decode_snapshot
 
 
 @dataclass
 class Session:
     id: str
     task_name: str
-    port: object  # LocalEvaluator
+    port: object  # this machine's evaluator port
     directory: Path
     last_used: float = field(default_factory=time.monotonic)
     busy: int = 0
@@ -84,19 +46,45 @@ class Session:
 
 class Worker:
     def __init__(self, args):
-        from cudagent.device.info import resolve_device
+        from cudagent.evaluator.evaluator import EvalOptions
+        from cudagent.evaluator.where import evaluators
         from cudagent.settings import Settings
 
         self.name = args.name
-        self.device = resolve_device(args.device)
-        self.fork_server = Settings.from_env().fork_server
         self.scratch = Path(args.scratch)
+        self.evaluators = evaluators(
+            device=args.device, options=EvalOptions(fork_server=Settings.from_env().fork_server)
+        )
+        self.device = self.evaluators.device_info
         self.idle_s = args.idle
-        self.gate = Gate(args.concurrency)
+        # the device share's lock for this worker's sessions (their threads): work shares the GPU, a timing has it alone
+        os.environ[share.LOCK_ENV] = str(self.scratch / "device.lock")
+        share.observe(self._on_share)
+        self.evaluations = asyncio.Semaphore(max(1, args.concurrency))
         self.builds = asyncio.Semaphore(max(1, args.build_jobs))
         self.sessions: dict[str, Session] = {}
         self.failed = False
         self.timed = 0
+        self.sharing = 0  # threads holding a share of the device
+        self.timing: str | None = None  # who holds it alone
+        self.timing_waiting = 0
+        self._counts = threading.Lock()
+
+    def _on_share(self, event: str, exclusive: bool, label: str | None) -> None:
+        """The device share's account, from the evaluators' threads: counts for /info, timings in the log."""
+        with self._counts:
+            if not exclusive:
+                self.sharing += {"held": 1, "released": -1}.get(event, 0)
+                return
+            if event == "waiting":
+                self.timing_waiting += 1
+            elif event == "held":
+                self.timing_waiting -= 1
+                self.timing = label or "?"
+            else:
+                self.timing = None
+        if event != "waiting":
+            self.log(f"timing {'starts' if event == 'held' else 'ends:  '}: {label or '(no session)'}")
 
     def log(self, text: str) -> None:
         stamp = time.strftime("%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03d}"
@@ -112,17 +100,15 @@ class Worker:
                 "device": self.device.to_dict(),
                 "sessions": len(self.sessions),
                 "busy": sum(s.busy for s in self.sessions.values()),
-                "verifying": self.gate.readers,
-                "timing": self.gate.writer,
-                "timing_waiting": self.gate.writers_waiting,
+                "sharing": self.sharing,
+                "timing": self.timing,
+                "timing_waiting": self.timing_waiting,
                 "timed": self.timed,
             }
         )
 
     async def open_session(self, request: web.Request) -> web.Response:
         from cudagent.errors import CudagentError
-        from cudagent.evaluator.evaluator import EvalOptions
-        from cudagent.evaluator.port import LocalEvaluator
         from cudagent.task import load_task
 
         body = await _json(request)
@@ -135,14 +121,8 @@ class Worker:
         task_file = directory / f"{name.removesuffix('.py')}.py"
         task_file.write_text(source)
         try:
-
-            def make():
-                task = load_task(task_file)
-                return LocalEvaluator(
-                    task, self.device, EvalOptions(fork_server=self.fork_server), scratch_root=directory
-                )
-
-            port = await asyncio.to_thread(make)
+            port = self.evaluators.port(await asyncio.to_thread(load_task, task_file), scratch_root=directory)
+            await port.open()
         except CudagentError as exc:
             shutil.rmtree(directory, ignore_errors=True)
             raise WireError(422, "BAD_TASK", exc.message) from None
@@ -151,7 +131,7 @@ class Worker:
             raise
         self.sessions[sid] = Session(sid, name, port, directory)
         self.log(f"session {sid[:8]} opened for {name} ({len(self.sessions)} open)")
-        return web.json_response({"session": sid, "describe": {**port.describe(), "device": self.device.to_dict()}})
+        return web.json_response({"session": sid, "describe": {**port.describe(), "device": port.device()}})
 
     async def build(self, request: web.Request) -> web.Response:
         session = self._session(request)
@@ -163,7 +143,7 @@ class Worker:
                 start = time.monotonic()
                 result = await self._guarded(session.port.build(snapshot), "build")
         return web.json_response(
-            {"build": result.to_dict(), "digest": digest(snapshot), "work": _work(queued, start, exclusive=False)}
+            {"build": result.to_dict(), "digest": snapshot_digest(snapshot), "work": _work(queued, start, False)}
         )
 
     async def evaluate(self, request: web.Request) -> web.Response:
@@ -173,18 +153,13 @@ class Worker:
         timing, fresh = bool(body.get("timing")), bool(body.get("fresh"))
         with self._use(session):
             queued = time.monotonic()
-            async with self.gate.exclusive() if timing else self.gate.shared():
+            async with self.evaluations:
                 start = time.monotonic()
-                if timing:
-                    self.log(f"timing starts: session {session.id[:8]} ({session.task_name})")
-                try:
-                    verdict = await self._guarded(session.port.evaluate(snapshot, timing, fresh), "evaluation")
-                finally:
-                    if timing:
-                        self.timed += 1
-                        self.log(f"timing ends:   session {session.id[:8]} ({session.task_name})")
+                share.LABEL.set(f"session {session.id[:8]} ({session.task_name})")  # this request's context only
+                verdict = await self._guarded(session.port.evaluate(snapshot, timing, fresh), "evaluation")
+                self.timed += timing
         return web.json_response(
-            {"verdict": verdict.to_dict(), "digest": digest(snapshot), "work": _work(queued, start, exclusive=timing)}
+            {"verdict": verdict.to_dict(), "digest": snapshot_digest(snapshot), "work": _work(queued, start, timing)}
         )
 
     async def close_session(self, request: web.Request) -> web.Response:
@@ -252,7 +227,7 @@ class Worker:
             await self._close(self.sessions.pop(sid), "closed: the service is stopping")
 
 
-def _work(queued: float, start: float, exclusive: bool) -> dict:
+def _work(queued: float, start: float, timed: bool) -> dict:
     end = time.monotonic()
     now = time.time()
     return {
@@ -260,7 +235,7 @@ def _work(queued: float, start: float, exclusive: bool) -> dict:
         "work_s": round(end - start, 4),
         "started": round(now - (end - start), 4),
         "ended": round(now, 4),
-        "exclusive": exclusive,
+        "timed": timed,
     }
 
 

@@ -84,11 +84,11 @@ class CudagentAgentLoop(AgentLoopBase):
 
     @classmethod
     def _pool(cls, urls):
-        from cudagent.serve.client import EvaluatorPool
+        from cudagent.evaluator.where import evaluators
 
         key = tuple(urls) if not isinstance(urls, str) else (urls,)
         if key not in cls._pools:
-            cls._pools[key] = EvaluatorPool.from_env(list(key))
+            cls._pools[key] = evaluators(list(key))
         return cls._pools[key]
 
 

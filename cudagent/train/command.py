@@ -179,13 +179,11 @@ def read_rows(path: Path) -> list[dict]:
 def check_evaluator(req: TrainRequest, environ: dict) -> None:
     import asyncio
 
-    from cudagent.serve.client import EvaluatorPool
+    from cudagent.evaluator.where import evaluators
 
     if not req.evaluator_urls:
         raise CudagentError("give --evaluator URL (a cudagent serve host); rollouts are scored there")
-    pool = EvaluatorPool.from_env(req.evaluator_urls, environ=environ)
-    for url in pool.urls:
-        asyncio.run(pool.info(url))  # a refused connection or a wrong token: one sentence, at once
+    asyncio.run(evaluators(req.evaluator_urls, environ=environ).check())  # nothing answering, a wrong token: at once
 
 
 # ----- the run directory --------------------------------------------------------------------------------------------

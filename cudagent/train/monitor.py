@@ -1,6 +1,7 @@
 """The BF16 monitors of a training run and the rule that stops it when they blow up.
 
-Two signals come before a collapse like the paper's at step 17 (REFERENCE.md §1):
+Two signals come before a collapse like the CUDA Agent paper's at step 17 (CUDA tokens have probabilities near 1e-9
+in BF16, and importance ratios explode):
 
     train/rollout gap     how far the trainer's log-probabilities of the sampled tokens drift from the rollout
                           engine's, per step, from verl's rollout-correction metrics: the largest |log(pi_train/

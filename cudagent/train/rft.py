@@ -8,7 +8,7 @@ trainer.
     write_episodes(episodes, path)  JSON lines, one kept episode each (the `rft` stage's --data)
     LedgerSFTDataset                verl's `data.custom_cls`: yields what its MultiTurnSFTDataset yields
                                     (input_ids, position_ids, loss_mask; attention_mask when right-padded), built from
-                                    the ledger's ids as sampled, never from re-tokenized text (REFERENCE.md §6)
+                                    the ledger's ids as sampled, never from re-tokenized text (its ids differ)
 
 The loss mask is the ledger's response mask: 1 on the tokens the model sampled, 0 on the prompt and on every token the
 loop added (observations, notices), as MultiTurnSFTDataset masks everything but assistant turns.

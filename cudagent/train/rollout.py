@@ -19,13 +19,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cudagent.agent.episode import Episode, EpisodeLimits, EpisodeResult, TaskInfo
+from cudagent.agent.environment import open_episode
+from cudagent.agent.episode import EpisodeLimits, EpisodeResult
 from cudagent.agent.ledger import Ledger
-from cudagent.agent.prompting import load_skills
 from cudagent.agent.recorders import Recorders
 from cudagent.agent.renderer import ChatRenderer
 from cudagent.agent.token_driver import TokenDriver
-from cudagent.agent.tools import Toolbox
 from cudagent.errors import CudagentError
 from cudagent.evaluator.port import snapshot_of
 from cudagent.train.reward import reward_of
@@ -92,19 +91,8 @@ async def _episode(task, evaluator, tmp: Path, backend, tokenizer, settings, sam
     from cudagent.workspace import Workspace
 
     ws = Workspace.create(tmp / "workspace", task.source)
-    described = evaluator.describe()
-    device_kind = evaluator.device().get("kind", "cuda")
     limits = EpisodeLimits(max_turns=1 if settings.single_turn else settings.max_turns)
-    episode = Episode(
-        TaskInfo(task.name, task.source),
-        Toolbox(ws, task.source, evaluator),
-        evaluator,
-        limits,
-        action_format="text",
-        env=described["env"],
-        skills=load_skills(device_kind),
-        baselines=described["baselines"],
-    )
+    episode = open_episode(task, ws, evaluator, limits, "text")
     renderer = ChatRenderer(tokenizer)
     opening = renderer.opening_ids(episode.messages)
     if len(opening) > settings.prompt_tokens:
@@ -154,7 +142,7 @@ def _sampling(ledger: Ledger) -> dict:
 
 def _metrics(result: EpisodeResult, tier: int | None, judged: dict, seconds: float) -> dict:
     m = result.metrics()
-    best = result.best or {}
+    best = result.best_summary() or {}
     return {
         "tier": -1 if tier is None else tier,
         "end_reason": result.end_reason,
@@ -164,7 +152,7 @@ def _metrics(result: EpisodeResult, tier: int | None, judged: dict, seconds: flo
         "invalid_calls": m["invalid_calls"],
         "faster_than_compile": int(tier == 3),
         "speedup_vs_compile": best.get("speedup_vs_compile") or 0.0,
-        "final_evaluation_failed": int(bool(result.final and "error" in result.final)),
+        "final_evaluation_failed": int(result.final_error is not None),
         "episode_seconds": round(seconds, 2),
         f"ended_{result.end_reason}": 1,  # numeric, so verl's validation metrics average it (strings it skips)
         **judged,

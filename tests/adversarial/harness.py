@@ -15,8 +15,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cudagent.device.info import resolve_device
 from cudagent.evaluator import EvalOptions, Evaluator, Verdict
-from cudagent.hardware import resolve_device
 from cudagent.task import load_task
 from cudagent.workspace import Workspace
 

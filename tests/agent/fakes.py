@@ -10,12 +10,13 @@ import asyncio
 import json
 import re
 
-from cudagent.agent.episode import Episode, EpisodeLimits, TaskInfo
+from cudagent.agent.environment import open_episode
+from cudagent.agent.episode import Episode, EpisodeLimits
 from cudagent.agent.policy import PolicyReply, ToolCall, Usage
 from cudagent.agent.prompting import Prompts
-from cudagent.agent.tools import Toolbox
-from cudagent.build import BuildResult
+from cudagent.build.extension import BuildResult
 from cudagent.evaluator.verdict import Verdict
+from cudagent.task import Task
 from cudagent.workspace import Workspace
 
 TASK_SOURCE = "import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
@@ -49,11 +50,17 @@ class FakeEvaluator:
         v.tier = int(tier.group(1))
         return v
 
+    async def open(self, fail_fast=False):
+        self.opened = True
+
     def describe(self):
         return {
             "env": {"gpu": "fake", "arch": "host", "device": "cpu", "cuda": "none", "torch": "x"},
             "baselines": None,
         }
+
+    def device(self):
+        return {"kind": "cpu", "name": "fake"}
 
     async def close(self):
         self.closed = True
@@ -98,14 +105,5 @@ class ScriptedPolicy:
 def episode(root, evaluator=None, limits=None, action_format="tools", **kw) -> Episode:
     ws = Workspace.create(root, TASK_SOURCE)
     evaluator = evaluator or FakeEvaluator()
-    return Episode(
-        TaskInfo("fake", TASK_SOURCE),
-        Toolbox(ws, TASK_SOURCE, evaluator),
-        evaluator,
-        limits or EpisodeLimits(max_turns=20),
-        action_format=action_format,
-        env=evaluator.describe()["env"],
-        skills=[],
-        prompts=Prompts(),
-        **kw,
-    )
+    limits = limits or EpisodeLimits(max_turns=20)
+    return open_episode(Task("fake", TASK_SOURCE), ws, evaluator, limits, action_format, prompts=Prompts(), **kw)

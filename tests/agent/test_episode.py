@@ -39,13 +39,13 @@ def test_an_episode_keeps_the_best_kernels_files_and_reevaluates_them_fresh(tmp_
     ep = episode(tmp_path / "ws", evaluator)
     result, rec = run(ep, ScriptedPolicy(solve_calls()))
     assert result.end_reason == "finished" and result.state.turn == 8
-    assert result.best["tier"] == 3 and result.best_files["model_new.py"] == FAST.encode()
+    assert result.best.tier == 3 and result.best_files["model_new.py"] == FAST.encode()
     assert result.best_files["kernels/k.cpp"] == b"// kernel\n"
     # the final evaluation judged the best snapshot, in a fresh directory, with timing, not the (worse) live files
     last = evaluator.evaluated[-1]
     assert last["fresh"] and last["timing"] and last["snapshot"]["model_new.py"] == FAST.encode()
-    assert result.final["tier"] == 3 and result.tier == 3
-    assert [b["tier"] for b in rec.improvements] == [1, 3]
+    assert result.final.tier == 3 and result.tier == 3
+    assert [b.tier for b in rec.improvements] == [1, 3]
     assert len(rec.turns) == 8 and rec.turns[4].improved and not rec.turns[6].improved
     # everything the episode itself added to the history is a tool or user message: what a trainer masks
     for t in rec.turns:
@@ -101,7 +101,7 @@ async def _many(tmp_path, n: int, concurrent: bool) -> list:
 
 def test_32_concurrent_episodes_in_one_event_loop_match_32_run_one_by_one(tmp_path):
     def outcome(r):
-        return (r.end_reason, r.state.turn, r.tier, r.best and r.best["tier"], len(r.messages), r.state.valid_calls)
+        return (r.end_reason, r.state.turn, r.tier, r.best and r.best.tier, len(r.messages), r.state.valid_calls)
 
     concurrent = asyncio.run(_many(tmp_path, 32, concurrent=True))
     sequential = asyncio.run(_many(tmp_path, 32, concurrent=False))

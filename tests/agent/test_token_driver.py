@@ -139,7 +139,7 @@ def test_tool_calls_are_parsed_from_sampled_text_and_drive_the_episode(tmp_path,
     ]
     backend = ScriptedBackend(smollm2.tokenizer, lambda i, _: replies[i])
     ep, driver, _, result, rec = drive(tmp_path, backend, smollm2.tokenizer, turns=10, reply_tokens=200)
-    assert result.end_reason == "finished" and result.best["tier"] == 2
+    assert result.end_reason == "finished" and result.best.tier == 2
     assert [a["tool"] for t in rec.turns for a in t.actions] == ["write_file", "verify", "finish"]
     assert result.state.valid_calls == 3 and driver.ledger.response_mask[-1] == 1
 

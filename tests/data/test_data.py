@@ -210,12 +210,21 @@ def test_import_finds_the_code_column_and_export_writes_what_optimize_would_send
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from cudagent.agent.episode import Episode, EpisodeLimits, TaskInfo
-    from cudagent.agent.prompting import Prompts, load_skills
-    from cudagent.agent.tools import Toolbox
-    from cudagent.evaluator.port import environment
-    from cudagent.hardware import resolve_device
+    from cudagent.agent.environment import open_episode
+    from cudagent.agent.episode import EpisodeLimits
+    from cudagent.device.info import resolve_device
+    from cudagent.evaluator.local import environment
+    from cudagent.task import Task
     from cudagent.workspace import Workspace
+
+    class DescribedPort:
+        """What an episode reads of its evaluator port to open: this CPU, no cached baselines."""
+
+        def describe(self):
+            return {"env": environment(resolve_device("cpu")), "baselines": None}
+
+        def device(self):
+            return resolve_device("cpu").to_dict()
 
     # a published set whose code column has an unexpected name, with one row of non-code
     rows = [{"op_name": f"op {i}", "pytorch_code": compose(i).source, "level": 1} for i in range(5)]
@@ -242,21 +251,12 @@ def test_import_finds_the_code_column_and_export_writes_what_optimize_would_send
     assert proc.returncode == 0, proc.stderr
     table = pq.read_table(parquet).to_pylist()
     assert len(table) == 5 and {r["agent_name"] for r in table} == {"cudagent_agent"}
-    env = environment(resolve_device("cpu"))
     for row in table:
         source = row["extra_info"]["task_source"]
         assert source == (tasks / f"{row['extra_info']['task_id']}.py").read_text()
-        episode = Episode(
-            TaskInfo(row["extra_info"]["task_id"], source),
-            Toolbox(ws, source, None),
-            None,
-            EpisodeLimits(),
-            action_format="text",  # the token driver's, as training's
-            env=env,
-            skills=load_skills("cpu"),
-            prompts=Prompts(),
-        )
-        assert row["prompt"] == episode.opening()
+        task = Task(row["extra_info"]["task_id"], source)
+        episode = open_episode(task, ws, DescribedPort(), EpisodeLimits(), "text")  # text: the token driver's
+        assert row["prompt"] == episode.messages
 
 
 def test_the_model_composes_tasks_and_bad_answers_are_dropped_with_a_reason(tmp_path):

@@ -3,9 +3,9 @@
 import threading
 from pathlib import Path
 
+from cudagent.device.info import resolve_device
 from cudagent.evaluator import baselines as bl
 from cudagent.evaluator.measure import Plan
-from cudagent.hardware import resolve_device
 from cudagent.task import load_task
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -69,8 +69,8 @@ def test_a_dead_zygote_means_a_fresh_interpreter(zygote, tmp_path):
 
 
 def test_the_evaluator_restarts_a_dead_zygote(tmp_path):
+    from cudagent.device.info import resolve_device
     from cudagent.evaluator import EvalOptions, Evaluator
-    from cudagent.hardware import resolve_device
     from cudagent.task import load_task
     from cudagent.workspace import resolve_candidate, workspace_for
     from tests.agent.episodes import REPO
@@ -90,8 +90,8 @@ def test_the_evaluator_restarts_a_dead_zygote(tmp_path):
 def test_the_next_evaluation_runs_in_the_spare_process(tmp_path):
     """After an evaluation the evaluator starts the next one's process (it sets CUDA and the profiler up while the
     agent works); a process that was sent nothing because the build failed is kept as that spare."""
+    from cudagent.device.info import resolve_device
     from cudagent.evaluator import EvalOptions, Evaluator
-    from cudagent.hardware import resolve_device
     from cudagent.task import load_task
     from cudagent.workspace import resolve_candidate, workspace_for
     from tests.agent.episodes import REPO

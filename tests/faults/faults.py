@@ -7,8 +7,8 @@ import os
 import re
 from pathlib import Path
 
+from cudagent.device.info import resolve_device
 from cudagent.evaluator import EvalOptions, Evaluator
-from cudagent.hardware import resolve_device
 from cudagent.task import load_task
 from cudagent.workspace import Workspace
 

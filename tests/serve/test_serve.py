@@ -20,7 +20,7 @@ from cudagent.agent.chat_driver import ChatDriver
 from cudagent.agent.episode import EpisodeLimits
 from cudagent.agent.recorders import MemoryRecorder, Recorders
 from cudagent.evaluator.port import EvaluatorUnavailable, SnapshotError
-from cudagent.serve.client import EvaluatorPool
+from cudagent.evaluator.remote import EvaluatorPool
 from cudagent.serve.service import is_loopback, load_or_create_token
 from cudagent.task import Task
 from tests.agent.episodes import FINISH, MODEL_NEW, SOLVE, TASK, cli_env, cudagent, events, git, summary, write_task

@@ -1,4 +1,4 @@
-"""The evaluator port over HTTP: a client of `cudagent serve` (one service, or a pool of them).
+"""The evaluator port over HTTP: a client of `cudagent serve` (one service, or a pool of them); where.py makes it.
 
 A RemoteEvaluator is one session on a service: the service keeps the episode's build directory warm. Every call
 carries the whole snapshot, so a session lost to an idle expiry or a restarted service is simply opened again and
@@ -10,7 +10,7 @@ session, so a port can be used from any event loop (optimize runs several), and 
 from __future__ import annotations
 
 import asyncio
-import os
+import base64
 import random
 import time
 from dataclasses import dataclass, field
@@ -21,11 +21,11 @@ import aiohttp
 
 from cudagent.build.extension import BuildResult
 from cudagent.errors import CudagentError, EnvironmentProblem
-from cudagent.evaluator.port import EvaluatorUnavailable, Snapshot, SnapshotError
+from cudagent.evaluator.port import EvaluatorUnavailable, Snapshot, SnapshotError, snapshot_digest
 from cudagent.evaluator.verdict import Verdict
-from cudagent.serve.wire import API, digest, encode_snapshot
 from cudagent.task import Task
 
+API = "/v1"  # the service's routes (serve/service.py) are under this prefix
 RETRYABLE = {"BUSY", "WORKER_RESTARTING", "EVALUATOR_FAULT"}
 
 
@@ -81,26 +81,18 @@ class EvaluatorPool:
             )
         self.open_sessions = {u: 0 for u in self.urls}
 
-    @classmethod
-    def from_env(cls, urls: list[str] | str, environ=None, home: Path | None = None) -> EvaluatorPool:
-        from cudagent.settings import Settings
-
-        environ = os.environ if environ is None else environ
-        if isinstance(urls, str):
-            urls = [u for u in urls.split(",") if u.strip()]
-        home = home or Settings.from_env(environ).home
-        retry = environ.get("CUDAGENT_EVALUATOR_RETRY_S")
-        try:
-            window = float(retry) if retry else 180.0
-        except ValueError:
-            raise CudagentError(f"CUDAGENT_EVALUATOR_RETRY_S={retry!r} must be a number of seconds") from None
-        return cls(list(urls), token_from(environ, home) or "", retry_window_s=window)
-
     def pick(self) -> str:
         return min(self.urls, key=lambda u: (self.open_sessions[u], random.random()))
 
     def port(self, task: Task) -> RemoteEvaluator:
         return RemoteEvaluator(self, task)
+
+    def where(self) -> dict:
+        return {"urls": self.urls}
+
+    async def check(self) -> None:
+        for url in self.urls:
+            await self.info(url)
 
     async def info(self, url: str | None = None) -> dict:
         """The service's /v1/info (fails at once when nothing answers: a newcomer's typo must not wait)."""
@@ -120,8 +112,9 @@ class RemoteEvaluator:
 
     # ----- the port ---------------------------------------------------------------------------------------------
 
-    async def open(self, retry_window_s: float | None = None) -> None:
-        """Open the session (a new run calls this before anything exists: a refused connection fails at once)."""
+    async def open(self, fail_fast: bool = False, retry_window_s: float | None = None) -> None:
+        """Open the session. `fail_fast` (a new run, before anything exists): a refused connection fails at once."""
+        retry_window_s = 0 if fail_fast else retry_window_s
         url = self.pool.pick()
         body = {"task": {"name": self.task.name, "source": self.task.source}}
         reply = await _request(self.pool, url, "POST", "/sessions", body, retry_window_s=retry_window_s)
@@ -188,7 +181,7 @@ class RemoteEvaluator:
                         raise
                     self._forget()
                     continue
-                if reply.get("digest") != digest(snapshot):
+                if reply.get("digest") != snapshot_digest(snapshot):
                     raise EvaluatorUnavailable(
                         f"the evaluator service at {self.url} answered about other files than those sent; "
                         "nothing was judged"
@@ -233,3 +226,8 @@ async def _request(pool: EvaluatorPool, url: str, method: str, path: str, body, 
             raise EvaluatorUnavailable(f"the evaluator service is unavailable{waited}: {why}{hint}")
         await asyncio.sleep(min(wait, left) * (0.8 + 0.4 * random.random()))
         delay = min(delay * 2, 10.0)
+
+
+def encode_snapshot(snapshot: Snapshot) -> dict[str, str]:
+    """A snapshot as JSON carries it: {path: base64 contents}."""
+    return {path: base64.b64encode(data).decode("ascii") for path, data in sorted(snapshot.items())}

@@ -1,0 +1,34 @@
+"""What several commands share: their options' checks and the environment they read. Command modules import this,
+never each other."""
+
+from __future__ import annotations
+
+import typer
+
+ENV_HELP = (
+    "Environment: OPENAI_BASE_URL (the server, e.g. http://localhost:8000/v1 for vLLM), OPENAI_API_KEY, "
+    "CUDAGENT_HOME (where runs are kept, default ~/.local/share/cudagent), CUDAGENT_CACHE_DIR (builds, baselines), "
+    "CUDAGENT_PRICE_INPUT / CUDAGENT_PRICE_OUTPUT (dollars per million tokens, to report cost), "
+    "CUDAGENT_EVALUATOR_URL / CUDAGENT_EVALUATOR_TOKEN (a `cudagent serve` service to evaluate on)."
+)
+DEVICES = ("auto", "cuda", "cpu")
+
+
+def _device(value: str) -> str:
+    if value not in DEVICES:
+        raise typer.BadParameter(f"{value!r} is not a device; use auto, cuda or cpu")
+    return value
+
+
+def device_option(help_text: str):
+    """--device auto|cuda|cpu, refused in one sentence of ours (not the validator's wording) when it is neither."""
+    return typer.Option("auto", help=help_text, metavar="auto|cuda|cpu", callback=_device)
+
+
+def evaluator_urls(value: str | None) -> list[str] | None:
+    """--evaluator's URLs, each checked (a missing scheme is named at once)."""
+    if not value:
+        return None
+    from cudagent.evaluator.remote import check_url
+
+    return [check_url(u) for u in value.split(",") if u.strip()] or None
