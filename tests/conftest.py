@@ -1,6 +1,10 @@
 """Test routing: a test file whose name ends in `_gpu.py` needs a CUDA GPU.
 
-On a machine without one those tests are skipped (CI); on the device they are selected with `-m gpu`.
+On a machine without one those tests are skipped (CI); on the device they are selected with `-m gpu`. Tests marked
+`slow` take more than a few seconds each: the inner loop (`pytest -m "not slow and not gpu"`) leaves them out.
+
+Servers the tests share live here, one per session: the real model server (model_server.py) and a CPU `cudagent
+serve` (serve/service_proc.py); caches a test may seed from the session's are in caches.py.
 """
 
 import os
@@ -28,3 +32,27 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.gpu)
             if not cuda:
                 item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def model_server(tmp_path_factory):
+    """A real OpenAI-compatible server (transformers serve) with SmolLM2-135M-Instruct on the CPU, one per session."""
+    from tests.model_server import start_model_server
+
+    server, proc = start_model_server(tmp_path_factory.mktemp("model-server") / "server.log")
+    yield server
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except Exception:  # noqa: BLE001  (a server that will not stop is killed)
+        proc.kill()
+
+
+@pytest.fixture(scope="session")
+def cpu_service(tmp_path_factory):
+    """A real `cudagent serve` on the CPU (C++ tasks) on localhost, one per session; tests that restart, kill or expire
+    a service start their own."""
+    from tests.serve.service_proc import ServiceProcess
+
+    with ServiceProcess(tmp_path_factory.mktemp("serve"), "--idle-expiry", "600") as svc:
+        yield svc

@@ -33,7 +33,7 @@ def test_help_lists_commands_and_exit_codes():
         assert text in sub.stdout, text
 
 
-def test_correct_cpu_candidate_json(tmp_path):
+def test_correct_cpu_candidate_json():
     proc = cudagent(
         "check",
         "examples/tasks/softmax.py",
@@ -42,7 +42,6 @@ def test_correct_cpu_candidate_json(tmp_path):
         "cpu",
         "--json",
         "--no-timing",
-        env={"CUDAGENT_CACHE_DIR": str(tmp_path)},
     )
     assert proc.returncode == 0, proc.stderr
     verdict = json.loads(proc.stdout)  # stdout is exactly one JSON object
@@ -71,16 +70,8 @@ def test_rejected_candidate_exits_1_with_codes():
     assert verdict["error"].startswith("model_new.py:")
 
 
-def test_human_output(tmp_path):
-    proc = cudagent(
-        "check",
-        VADD,
-        "tests/adversarial/cases/torch_passthrough",
-        "--device",
-        "cpu",
-        "--no-timing",
-        env={"CUDAGENT_CACHE_DIR": str(tmp_path)},
-    )
+def test_human_output():
+    proc = cudagent("check", VADD, "tests/adversarial/cases/torch_passthrough", "--device", "cpu", "--no-timing")
     assert proc.returncode == 1
     assert proc.stdout.startswith("REJECTED (tier -1)") and "[TORCH_OP_IN_FORWARD]" in proc.stdout
 
@@ -126,24 +117,3 @@ def test_missing_compiler_exits_3(tmp_path):
         env={"CXX": "/nonexistent/c++", "CUDAGENT_CACHE_DIR": str(tmp_path)},
     )
     assert proc.returncode == 3 and "no C++ compiler" in proc.stderr
-
-
-def test_timing_decides_the_tier_on_cpu(tmp_path):
-    proc = cudagent(
-        "check",
-        "examples/tasks/axpby.py",
-        "examples/solutions/cpu/axpby",
-        "--device",
-        "cpu",
-        "--json",
-        env={"CUDAGENT_CACHE_DIR": str(tmp_path)},
-    )
-    assert proc.returncode == 0, proc.stderr
-    verdict = json.loads(proc.stdout)
-    times = verdict["time_ms"]
-    assert all(isinstance(times[k], float) and times[k] > 0 for k in ("eager", "compile", "candidate"))
-    assert verdict["tier"] in (1, 2, 3)
-    assert verdict["speedup_vs_eager"] == pytest.approx(times["eager"] / times["candidate"])
-    candidate = verdict["timing"]["targets"]["candidate"]
-    assert candidate["event_ms"]["samples"] >= 100 and candidate["event_ms"]["p10"] <= candidate["event_ms"]["p90"]
-    assert verdict["timing"]["roofline"]["cost"]["bytes"] == 3 * (1 << 24) * 4

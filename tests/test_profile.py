@@ -1,4 +1,5 @@
-"""`cudagent profile` on the CPU: per-target statistics, the roofline against measured peaks, the text report."""
+"""`cudagent check` and `cudagent profile` with timing on the CPU: the tier from the timing, per-target statistics,
+the roofline against measured peaks, the text report; cached baselines that went stale; interference."""
 
 import json
 import os
@@ -6,11 +7,37 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.caches import seeded_cache
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_profile_json_and_text(tmp_path):
-    env = dict(os.environ, CUDAGENT_CACHE_DIR=str(tmp_path))
+@pytest.fixture(scope="module")
+def axpby_env(tmp_path_factory):
+    """A cache of this module's own: the first timed evaluation of axpby measures its baselines, the others reuse
+    them (what a user's second `check` of a task does)."""
+    return dict(os.environ, CUDAGENT_CACHE_DIR=str(seeded_cache(tmp_path_factory.mktemp("axpby-cache"))))
+
+
+def test_timing_decides_the_tier_on_cpu(axpby_env):
+    args = [sys.executable, "-m", "cudagent", "check", "examples/tasks/axpby.py", "examples/solutions/cpu/axpby"]
+    proc = subprocess.run([*args, "--device", "cpu", "--json"], capture_output=True, text=True, cwd=ROOT,
+                          env=axpby_env, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    verdict = json.loads(proc.stdout)
+    times = verdict["time_ms"]
+    assert all(isinstance(times[k], float) and times[k] > 0 for k in ("eager", "compile", "candidate"))
+    assert verdict["tier"] in (1, 2, 3)
+    assert verdict["speedup_vs_eager"] == pytest.approx(times["eager"] / times["candidate"])
+    candidate = verdict["timing"]["targets"]["candidate"]
+    assert candidate["event_ms"]["samples"] >= 100 and candidate["event_ms"]["p10"] <= candidate["event_ms"]["p90"]
+    assert verdict["timing"]["roofline"]["cost"]["bytes"] == 3 * (1 << 24) * 4
+
+
+def test_profile_json_and_text(axpby_env):
+    env = axpby_env
     args = [
         sys.executable,
         "-m",
@@ -78,7 +105,7 @@ def _slow_down_cached_baselines(cache, factor: float) -> None:
 
 def test_a_stale_cached_baseline_is_measured_again(tmp_path):
     cand = _candidate(tmp_path, "control_inplace_on_own_output")
-    env = dict(os.environ, CUDAGENT_CACHE_DIR=str(tmp_path / "cache"))
+    env = dict(os.environ, CUDAGENT_CACHE_DIR=str(seeded_cache(tmp_path / "cache")))
     first = _profile_vadd(cand, env)
     assert first.returncode == 0, first.stderr
     honest = json.loads(first.stdout)["time_ms"]["eager"]
@@ -100,7 +127,7 @@ def test_a_candidate_busy_while_the_baselines_run_is_not_vouched_for(tmp_path, m
     from cudagent.task import load_task
     from cudagent.workspace import Workspace
 
-    monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(seeded_cache(tmp_path / "cache")))
     task = load_task(ROOT / "tests/adversarial/tasks/vadd.py")
 
     def evaluate(case: str):

@@ -82,6 +82,7 @@ def synth(
     base_url: str = typer.Option(None, help="The model's endpoint; default $OPENAI_BASE_URL."),
     api_key: str = typer.Option(None, help="API key; default $OPENAI_API_KEY."),
     temperature: float = typer.Option(0.8, help="Sampling temperature of the model."),
+    reply_tokens: int = typer.Option(2048, help="Most tokens the model may write for one task."),
 ) -> None:
     """Compose tasks from seed operators. Without --model: chains of seeds whose shapes fit (elementwise ops,
     reductions, norms, matmuls, convolutions, pooling), sizes drawn from the seed, offline and reproducible. With
@@ -94,9 +95,11 @@ def synth(
         raise typer.BadParameter("must be positive", param_hint="--count")
     if not 1 <= max_ops <= 5:
         raise typer.BadParameter("must be 1 to 5", param_hint="--max-ops")
+    if reply_tokens <= 0:
+        raise typer.BadParameter("must be positive", param_hint="--reply-tokens")
     out.mkdir(parents=True, exist_ok=True)
     if model is not None or base_url is not None:
-        _synth_with_model(out, count, seed, max_ops, scale, model, base_url, api_key, temperature)
+        _synth_with_model(out, count, seed, max_ops, scale, model, base_url, api_key, temperature, reply_tokens)
         return
     tasks = distinct(seed, count, scale, max_ops)
     for task in tasks:
@@ -105,7 +108,7 @@ def synth(
     typer.echo(f"wrote {len(tasks)} composed tasks to {out} (seeds {seed}..{last}, each a different chain)", err=True)
 
 
-def _synth_with_model(out, count, seed, max_ops, scale, model, base_url, api_key, temperature) -> None:
+def _synth_with_model(out, count, seed, max_ops, scale, model, base_url, api_key, temperature, reply_tokens) -> None:
     import asyncio
 
     from cudagent.agent.openai_policy import OpenAIChatPolicy
@@ -122,7 +125,7 @@ def _synth_with_model(out, count, seed, max_ops, scale, model, base_url, api_key
         model=None if model in (None, "auto") else model,
         mode="text",
         temperature=temperature,
-        max_tokens=2048,
+        max_tokens=reply_tokens,
     )
     policy.prepare()  # nothing listening fails here, at once
 

@@ -43,11 +43,15 @@ class LocalEvaluator:
         self._lock = asyncio.Lock()
 
     async def open(self, fail_fast: bool = False) -> None:
-        """Validate the task (a broken reference fails here) and make the scratch workspace."""
+        """Validate the task (a broken reference fails here) and make the scratch workspace. In the calling thread:
+        the task's time limit is an alarm, which only the main thread can take (see `open_blocking`)."""
+        self.open_blocking()
+
+    def open_blocking(self) -> None:
+        """`open` for a caller that runs it in a worker thread of its own (a service's sessions: its event loop
+        must go on), where the task's time limit does not apply."""
         if self.evaluator is None:
-            self.evaluator = await asyncio.to_thread(
-                Evaluator, self.task, self.device_info, self.options, self.null_candidates
-            )
+            self.evaluator = Evaluator(self.task, self.device_info, self.options, self.null_candidates)
             self._dir = Path(tempfile.mkdtemp(prefix="cudagent-eval-", dir=self.scratch_root))
             self.workspace = Workspace.create(self._dir / "ws", self.task.source)
 

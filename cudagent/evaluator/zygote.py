@@ -246,10 +246,13 @@ class Zygote:
             time.sleep(0.05)
 
     def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        # shutdown first: closing alone leaves the socket open while the listening thread is blocked in recv() on it,
+        # so the zygote saw no end of its parent and every close waited out the timeout below (5 s an evaluator)
+        for end in (lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close):
+            try:
+                end()
+            except OSError:
+                pass
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

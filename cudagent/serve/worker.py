@@ -122,7 +122,7 @@ class Worker:
         task_file.write_text(source)
         try:
             port = self.evaluators.port(await asyncio.to_thread(load_task, task_file), scratch_root=directory)
-            await port.open()
+            await asyncio.to_thread(port.open_blocking)  # the other sessions go on meanwhile
         except CudagentError as exc:
             shutil.rmtree(directory, ignore_errors=True)
             raise WireError(422, "BAD_TASK", exc.message) from None

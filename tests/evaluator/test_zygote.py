@@ -73,9 +73,9 @@ def test_the_evaluator_restarts_a_dead_zygote(tmp_path):
     from cudagent.evaluator import EvalOptions, Evaluator
     from cudagent.task import load_task
     from cudagent.workspace import resolve_candidate, workspace_for
-    from tests.agent.episodes import REPO
+    from tests.agent.episodes import REPO, write_task
 
-    task = load_task(REPO / "examples" / "tasks" / "axpby.py")
+    task = load_task(write_task(tmp_path / "task"))  # axpby on small vectors: these tests time nothing
     ws = workspace_for(resolve_candidate(REPO / "examples" / "solutions" / "cpu" / "axpby"), task.source)
     with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=False, fork_server=True)) as evaluator:
         assert evaluator.evaluate(ws).correct
@@ -94,9 +94,9 @@ def test_the_next_evaluation_runs_in_the_spare_process(tmp_path):
     from cudagent.evaluator import EvalOptions, Evaluator
     from cudagent.task import load_task
     from cudagent.workspace import resolve_candidate, workspace_for
-    from tests.agent.episodes import REPO
+    from tests.agent.episodes import REPO, write_task
 
-    task = load_task(REPO / "examples" / "tasks" / "axpby.py")
+    task = load_task(write_task(tmp_path / "task"))  # axpby on small vectors: these tests time nothing
     shutil.copytree(REPO / "examples" / "solutions" / "cpu" / "axpby", tmp_path / "axpby")
     ws = workspace_for(resolve_candidate(tmp_path / "axpby"), task.source)
     kernel = next(p for p in sorted(ws.kernels_dir.iterdir()) if p.suffix == ".cpp")

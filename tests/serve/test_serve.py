@@ -32,10 +32,9 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
 
-@pytest.fixture(scope="module")
-def service(tmp_path_factory):
-    with ServiceProcess(tmp_path_factory.mktemp("serve"), "--idle-expiry", "600") as svc:
-        yield svc
+@pytest.fixture
+def service(cpu_service):
+    return cpu_service  # the session's (conftest.py)
 
 
 def remote_env(home, model_url, service_url=None):
@@ -327,7 +326,8 @@ def test_a_vanished_clients_session_is_removed_after_the_idle_expiry(tmp_path):
         while Path(session_dir).exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not Path(session_dir).exists()
-        time.sleep(7)  # the front forgets the route a little after the worker
+        while svc.get("/v1/info")[1]["workers"][0]["sessions"] and time.monotonic() < deadline:
+            time.sleep(0.2)  # the front hears of it a little after the worker
         assert svc.get("/v1/info")[1]["workers"][0]["sessions"] == 0
         assert "expired after 1 s idle" in svc.log.read_text()
 
@@ -350,3 +350,21 @@ def test_bench_scores_solutions_on_the_service(tmp_path, service):
     assert summary_event["event"] == "summary" and summary_event["gpus"].endswith(f"at once on {service.url}")
     proc = cudagent([*argv, "--out", str(tmp_path / "out2"), "--gpus", "0"], env)
     assert proc.returncode == 2 and "--gpus is for this machine" in proc.stderr
+
+
+def test_check_on_the_service_gives_the_local_verdict(tmp_path, service):
+    """`cudagent check --evaluator URL`: the same port as optimize's, so the same verdict as on this machine; the
+    evaluation settings are the service's, so a command line that changes them is refused."""
+    from tests.agent.episodes import SOLUTION
+
+    task = write_task(tmp_path / "t")
+    env = remote_env(tmp_path / "home", None)
+    argv = ["check", str(task), str(SOLUTION), "--json", "--no-timing"]
+    local = cudagent([*argv, "--device", "cpu"], env)
+    remote = cudagent([*argv, "--evaluator", service.url], env)
+    assert local.returncode == 0 and remote.returncode == 0, remote.stderr[-2000:]
+    mine, theirs = json.loads(local.stdout), json.loads(remote.stdout)
+    assert mine["correct"] is theirs["correct"] is True and mine["tier"] == theirs["tier"] == 1
+    assert [t["name"] for t in mine["trials"]] == [t["name"] for t in theirs["trials"]]
+    refused = cudagent([*argv, "--evaluator", service.url, "--atol", "0.5"], env)
+    assert refused.returncode == 2 and "--atol/--rtol cannot be used with --evaluator" in refused.stderr

