@@ -72,6 +72,7 @@ def write(tmp_path: Path, name: str, contents) -> Path:
 CASES = [("check", kind) for kind in sorted(BAD)] + [
     ("optimize", kind) for kind in ("syntax", "needs_cuda", "hangs", "missing_import")
 ]
+CASES = [pytest.param(*c, marks=pytest.mark.slow) if c[1] == "hangs" else c for c in CASES]  # 5 s of waiting each
 
 
 @pytest.mark.parametrize(("command", "kind"), CASES)

@@ -119,6 +119,7 @@ def _entries(cache) -> set[str]:
     return {p.name for p in (cache / "objects").glob("*/*")} if (cache / "objects").is_dir() else set()
 
 
+@pytest.mark.slow
 def test_another_workspace_with_the_same_units_copies_them_from_the_compiler_cache(tmp_path, cpu, monkeypatch):
     """Units that preprocess the same (whatever their comments) are a copy; one changed token compiles anew."""
     cache = tmp_path / "cache"
@@ -140,6 +141,7 @@ def test_another_workspace_with_the_same_units_copies_them_from_the_compiler_cac
     assert call(third, "a") == "51" and call(third, "b") == "52"
 
 
+@pytest.mark.slow
 def test_the_compiler_cache_stores_no_failed_unit_and_can_be_switched_off(tmp_path, cpu, monkeypatch):
     cache = tmp_path / "cache"
     monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(cache))

@@ -33,6 +33,7 @@ def test_help_lists_commands_and_exit_codes():
         assert text in sub.stdout, text
 
 
+@pytest.mark.slow
 def test_correct_cpu_candidate_json():
     proc = cudagent(
         "check",
@@ -70,6 +71,7 @@ def test_rejected_candidate_exits_1_with_codes():
     assert verdict["error"].startswith("model_new.py:")
 
 
+@pytest.mark.slow
 def test_human_output():
     proc = cudagent("check", VADD, "tests/adversarial/cases/torch_passthrough", "--device", "cpu", "--no-timing")
     assert proc.returncode == 1
@@ -107,6 +109,7 @@ def test_cuda_without_gpu_exits_3():
     assert proc.returncode == 3 and "no CUDA GPU" in proc.stderr
 
 
+@pytest.mark.slow
 def test_missing_compiler_exits_3(tmp_path):
     proc = cudagent(
         "check",

@@ -6,6 +6,8 @@ from tests.examples_support import SOLUTIONS, TASKS, judge, solutions
 
 CPU_SOLUTIONS = solutions("cpu")
 
+pytestmark = pytest.mark.slow  # each test runs whole commands, builds or timings
+
 
 def test_every_task_has_a_cuda_solution():
     tasks = sorted(p.stem for p in TASKS.glob("*.py"))

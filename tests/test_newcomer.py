@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.agent.episodes import FINISH, SOLVE, cli_env, cudagent, git, summary, write_task
 from tests.agent.script_server import ScriptedServer, from_list
 
@@ -17,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CPU = ["--device", "cpu", "--json", "--no-final-check"]
 
 
+@pytest.mark.slow
 def test_1_a_refused_connection_fails_at_once_and_a_missing_scheme_is_named(tmp_path):
     task = write_task(tmp_path / "t")
     env = cli_env(tmp_path / "home", None)
@@ -28,6 +31,7 @@ def test_1_a_refused_connection_fails_at_once_and_a_missing_scheme_is_named(tmp_
     assert bare.returncode == 2 and "write http://localhost:9/v1" in bare.stderr
 
 
+@pytest.mark.slow
 def test_1_retries_are_shown_as_they_happen(tmp_path):
     task = write_task(tmp_path / "t")
     steps = [{"times": 1, "status": 503, "body": {"error": {"message": "busy"}}, "then": FINISH}]
@@ -51,6 +55,7 @@ def test_3_doctor_without_a_server_says_none_was_configured(tmp_path):
     assert proc.returncode == 3 and "no model server configured" in checks["model server"]["detail"]
 
 
+@pytest.mark.slow
 def test_4_and_9_run_ids_are_never_cut_and_runs_can_be_pruned(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -115,6 +120,7 @@ def test_7_check_json_on_bad_input_is_one_json_object(tmp_path):
     assert doc["exit_code"] == 2 and "does not exist" in doc["error"]
 
 
+@pytest.mark.slow
 def test_8_sigterm_ends_a_run_as_ctrl_c_does(tmp_path):
     task = write_task(tmp_path / "t")
     steps = [SOLVE[1], {"tool": "bash", "arguments": {"command": "sleep 30"}}, FINISH]
@@ -167,6 +173,7 @@ def test_11_report_notes_and_resumed_reports(tmp_path):
     assert not audit_model_new(source + "        return out\n")
 
 
+@pytest.mark.slow
 def test_12_small_glitches(tmp_path):
     from cudagent.agent.ui import summary_text
 

@@ -13,6 +13,8 @@ from tests.caches import seeded_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 
+pytestmark = pytest.mark.slow  # each test runs whole commands, builds or timings
+
 
 @pytest.fixture(scope="module")
 def axpby_env(tmp_path_factory):
@@ -21,8 +23,19 @@ def axpby_env(tmp_path_factory):
     return dict(os.environ, CUDAGENT_CACHE_DIR=str(seeded_cache(tmp_path_factory.mktemp("axpby-cache"))))
 
 
-def test_timing_decides_the_tier_on_cpu(axpby_env):
-    args = [sys.executable, "-m", "cudagent", "check", "examples/tasks/axpby.py", "examples/solutions/cpu/axpby"]
+@pytest.fixture(scope="module")
+def axpby_task(tmp_path_factory) -> str:
+    """axpby on 4096-element vectors: the whole timing protocol in seconds (the example's 16M take a minute)."""
+    from tests.agent.episodes import write_task
+
+    return str(write_task(tmp_path_factory.mktemp("task")))
+
+
+AXPBY_BYTES = 3 * 4096 * 4  # a, b and the output, float32
+
+
+def test_timing_decides_the_tier_on_cpu(axpby_env, axpby_task):
+    args = [sys.executable, "-m", "cudagent", "check", axpby_task, "examples/solutions/cpu/axpby"]
     proc = subprocess.run([*args, "--device", "cpu", "--json"], capture_output=True, text=True, cwd=ROOT,
                           env=axpby_env, timeout=900)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -33,21 +46,12 @@ def test_timing_decides_the_tier_on_cpu(axpby_env):
     assert verdict["speedup_vs_eager"] == pytest.approx(times["eager"] / times["candidate"])
     candidate = verdict["timing"]["targets"]["candidate"]
     assert candidate["event_ms"]["samples"] >= 100 and candidate["event_ms"]["p10"] <= candidate["event_ms"]["p90"]
-    assert verdict["timing"]["roofline"]["cost"]["bytes"] == 3 * (1 << 24) * 4
+    assert verdict["timing"]["roofline"]["cost"]["bytes"] == AXPBY_BYTES
 
 
-def test_profile_json_and_text(axpby_env):
+def test_profile_json_and_text(axpby_env, axpby_task):
     env = axpby_env
-    args = [
-        sys.executable,
-        "-m",
-        "cudagent",
-        "profile",
-        "examples/tasks/axpby.py",
-        "examples/solutions/cpu/axpby",
-        "--device",
-        "cpu",
-    ]
+    args = [sys.executable, "-m", "cudagent", "profile", axpby_task, "examples/solutions/cpu/axpby", "--device", "cpu"]
     proc = subprocess.run(args + ["--json", "--ncu"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr
     verdict = json.loads(proc.stdout)
@@ -56,7 +60,7 @@ def test_profile_json_and_text(axpby_env):
         stats = timing["targets"][target]["event_ms"]
         assert stats["samples"] >= 100 and stats["p10"] <= stats["median"] <= stats["p90"]
     roofline = timing["roofline"]
-    assert roofline["cost"]["bytes"] == 3 * (1 << 24) * 4 and roofline["peaks"]["bandwidth_gbs"] > 0
+    assert roofline["cost"]["bytes"] == AXPBY_BYTES and roofline["peaks"]["bandwidth_gbs"] > 0
     assert 0 < roofline["candidate"]["bandwidth_pct"]
     assert timing["protocol"]["rechecked_calls"] and timing["checks"]["request_s"] > 0
     assert any("Nsight Compute summary needs a CUDA device" in n for n in verdict["notes"])

@@ -14,6 +14,7 @@ def runner(tmp_path_factory):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.slow
 def test_case(case, runner):
     check_case(case, runner.run(case))
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.agent.episodes import cli_env, cudagent
 from tests.agent.script_server import ScriptedServer
 
@@ -44,6 +46,7 @@ def test_optimize_with_an_unreachable_server_creates_no_run(tmp_path):
     assert not (tmp_path / "home" / "runs").exists()
 
 
+@pytest.mark.slow
 def test_optimize_usage_errors(tmp_path):
     env = cli_env(tmp_path / "home", "http://127.0.0.1:9/v1")
     neither = cudagent(["optimize"], env)

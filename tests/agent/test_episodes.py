@@ -30,6 +30,8 @@ from tests.agent.script_server import ScriptedServer, from_list
 
 CPU = ["--device", "cpu", "--json"]
 
+pytestmark = pytest.mark.slow  # each test runs whole commands, builds or timings
+
 
 def test_solving_episode_commits_every_turn_and_tags_the_best(tmp_path):
     task = write_task(tmp_path / "plain")  # not in a git repo: the run gets a repository of its own

@@ -6,6 +6,8 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
+
 from cudagent.agent.context import KEEP_RECENT_MESSAGES, elide, estimate_tokens
 from cudagent.agent.tools import Toolbox
 from cudagent.workspace import Workspace
@@ -34,6 +36,7 @@ def test_elision_is_deterministic_and_spares_the_opening_and_the_recent():
     assert tight[-2:] == msgs[-2:] and tight[-3]["content"].startswith("[elided")
 
 
+@pytest.mark.slow
 def test_context_overflow_shrinks_the_context_and_goes_on(tmp_path):
     task = write_task(tmp_path / "t")
     steps = [{"tool": "bash", "arguments": {"command": f"python3 -c \"print('{i}' * 3000)\""}} for i in range(8)]

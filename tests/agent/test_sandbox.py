@@ -61,11 +61,11 @@ def test_bwrap_confines_files_and_network(tmp_path):
 def test_bwrap_protects_the_git_link_and_kills_what_the_command_left(tmp_path):
     ws, run = shell(tmp_path, "bwrap")
     (ws.root / ".git").write_text("gitdir: /somewhere/else\n")
-    obs = run("rm -f .git; echo gone > .git; (sleep 300 &) ; echo started")
+    obs = run("rm -f .git; echo gone > .git; (sleep 299.5 &) ; echo started")  # a duration no other test uses
     assert (ws.root / ".git").read_text() == "gitdir: /somewhere/else\n", obs.text
     assert "started" in obs.text
     # the PID namespace died with the command: its background sleep is gone
-    left = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True).stdout.split()
+    left = subprocess.run(["pgrep", "-f", "sleep 299.5"], capture_output=True, text=True).stdout.split()
     assert left == [], left
 
 

@@ -113,6 +113,7 @@ def check_ledger(ep, driver, renderer, backend: Recording, rec: MemoryRecorder):
     assert "action" in observed  # the format-error observations the model was shown
 
 
+@pytest.mark.slow
 def test_smollm2_token_episode_keeps_an_exact_ledger(tmp_path, smollm2):
     backend = Recording(smollm2)
     ep, driver, renderer, result, rec = drive(tmp_path, backend, smollm2.tokenizer)
@@ -120,6 +121,7 @@ def test_smollm2_token_episode_keeps_an_exact_ledger(tmp_path, smollm2):
     check_ledger(ep, driver, renderer, backend, rec)
 
 
+@pytest.mark.slow
 def test_a_second_template_family_gives_an_exact_ledger_too(tmp_path, tiny_alpaca):
     backend = Recording(tiny_alpaca)
     ep, driver, renderer, result, rec = drive(tmp_path, backend, tiny_alpaca.tokenizer)
@@ -176,6 +178,7 @@ class _VLLMLike(CompletionsHandler):
         return out.token_ids, out.log_probs, "length" if out.stop_reason == "length" else "stop"
 
 
+@pytest.mark.slow
 def test_the_completions_backend_speaks_vllms_token_protocol(tmp_path, tiny_alpaca):
     _VLLMLike.backend = tiny_alpaca
     server = ThreadingHTTPServer(("127.0.0.1", 0), _VLLMLike)

@@ -62,6 +62,7 @@ def test_discovery_and_selection(kernelbench):
     assert [t.key for t in discover(kernelbench, list_file=listed)] == ["1/1_axpby", "2/1_axpby_wrong"]
 
 
+@pytest.mark.slow
 def test_bench_over_cpu_solutions_reports_per_level(kernelbench, tmp_path):
     out = tmp_path / "out"
     env = cli_env(tmp_path / "home", None)
@@ -152,6 +153,7 @@ def test_bench_usage_errors(tmp_path, kernelbench):
     assert gpus.returncode == 2 and "--gpus needs a CUDA device" in gpus.stderr
 
 
+@pytest.mark.slow
 def test_bench_on_a_local_ray_instance(kernelbench, tmp_path):
     pytest.importorskip("ray", reason="Ray comes with the test extra")
     out = tmp_path / "out"
@@ -191,6 +193,7 @@ def _timing_only(row: dict) -> bool:
     return bool(violations) and all(v["code"].startswith(("BASELINE_", "TIMING_")) for v in violations)
 
 
+@pytest.mark.slow
 def test_bench_without_solutions_runs_the_agent(kernelbench, tmp_path):
     from tests.agent.episodes import FINISH, SOLVE
     from tests.agent.script_server import ScriptedServer, from_list
@@ -250,6 +253,7 @@ def get_init_inputs():
 """
 
 
+@pytest.mark.slow
 def test_baselines_only_side_by_side_with_the_crowded_out_run_alone(tmp_path):
     """--baselines-only times the references (eager, torch.compile) with each task's phases; --per-gpu runs tasks
     side by side under the device share; a task that runs out of memory beside others runs again alone (and is

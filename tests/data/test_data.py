@@ -80,6 +80,7 @@ def _near_copy(source: str) -> str:
 COMPOSED = 16  # composed tasks beside the planted ones: at least 70% of them must be kept
 
 
+@pytest.mark.slow
 def test_filters_keep_a_plausible_share_and_drop_each_planted_task_for_its_reason(tmp_path):
     folder = tmp_path / "tasks"
     folder.mkdir()
@@ -143,6 +144,7 @@ def get_init_inputs():
 """
 
 
+@pytest.mark.slow
 def test_out_of_memory_beside_other_workers_is_tried_again_alone(tmp_path):
     folder = tmp_path / "tasks"
     folder.mkdir()
@@ -165,6 +167,7 @@ def test_similarity_sees_through_renames_and_sizes_but_not_different_ops():
     assert most_similar(fingerprint(_near_copy(softmax)), refs)[0] == "softmax"
 
 
+@pytest.mark.slow
 def test_a_killed_filter_run_resumes_without_losing_or_repeating_a_task(tmp_path):
     folder = tmp_path / "tasks"
     folder.mkdir()
@@ -208,6 +211,7 @@ def test_bad_input_is_one_sentence(tmp_path, args, message):
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_import_finds_the_code_column_and_export_writes_what_optimize_would_send(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq

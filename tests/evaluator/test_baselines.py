@@ -3,6 +3,8 @@
 import threading
 from pathlib import Path
 
+import pytest
+
 from cudagent.device.info import resolve_device
 from cudagent.evaluator import baselines as bl
 from cudagent.evaluator.measure import Plan
@@ -10,6 +12,8 @@ from cudagent.task import load_task
 from tests.caches import seeded_cache
 
 ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow  # each test runs whole commands, builds or timings
 
 
 def test_a_task_drawn_as_one_set_has_its_workers_one_after_the_other(tmp_path, monkeypatch):

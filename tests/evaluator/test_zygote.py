@@ -68,6 +68,7 @@ def test_a_dead_zygote_means_a_fresh_interpreter(zygote, tmp_path):
         assert _import(child, probe)["ok"]
 
 
+@pytest.mark.slow
 def test_the_evaluator_restarts_a_dead_zygote(tmp_path):
     from cudagent.device.info import resolve_device
     from cudagent.evaluator import EvalOptions, Evaluator
@@ -87,6 +88,7 @@ def test_the_evaluator_restarts_a_dead_zygote(tmp_path):
     assert evaluator._zygote is None
 
 
+@pytest.mark.slow
 def test_the_next_evaluation_runs_in_the_spare_process(tmp_path):
     """After an evaluation the evaluator starts the next one's process (it sets CUDA and the profiler up while the
     agent works); a process that was sent nothing because the build failed is kept as that spare."""

@@ -14,6 +14,8 @@ from tests.faults import faults
 
 LIMIT = 1 << 30  # the candidate's host memory limit in these tests
 
+pytestmark = pytest.mark.slow  # each test runs whole commands, builds or timings
+
 
 @pytest.fixture(scope="module")
 def evaluator():

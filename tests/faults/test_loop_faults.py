@@ -12,10 +12,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.agent.episodes import FINISH, KERNEL, MODEL_NEW, SOLVE, cli_env, cudagent, git, summary, write_task
 from tests.agent.script_server import ScriptedServer, from_list
 
 CPU = ["--device", "cpu", "--json"]
+
+pytestmark = pytest.mark.slow  # each test runs whole commands, builds or timings
 
 
 def records(home: Path, run_id: str) -> list[dict]:

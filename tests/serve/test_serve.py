@@ -29,7 +29,7 @@ from tests.agent.script_server import ScriptedServer, from_list
 from tests.serve.service_proc import TOKEN, ServiceProcess
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::ResourceWarning")]
 
 
 @pytest.fixture

@@ -93,6 +93,7 @@ def _stage_config(stage: str, overrides: list[str]):
         return compose(config_name=stage, overrides=overrides)
 
 
+@pytest.mark.slow
 def test_the_adapter_runs_scored_episodes_inside_verls_agent_loop_worker(tiny_model, service, monkeypatch, tmp_path):
     import numpy as np
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
@@ -235,6 +236,7 @@ def test_each_stage_config_composes_and_its_dry_run_is_the_readme_command(stage,
     assert "python -m verl.trainer.main_ppo --config-path" in readme and "--config-name warmup" in readme
 
 
+@pytest.mark.slow
 def test_the_dry_run_of_an_rl_stage_against_a_live_service(tiny_model, service, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -443,6 +445,7 @@ class _ScriptedVLLM(CompletionsHandler):
         return ids, [-0.25] * len(ids), "stop"
 
 
+@pytest.mark.slow
 def test_rft_collect_samples_scores_and_keeps_episodes_from_a_served_model(tiny_model, service, tmp_path):
     import threading
     from http.server import ThreadingHTTPServer
