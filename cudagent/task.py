@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cudagent.errors import ExitCode, TaskError
+from cudagent.trees import to_device
 
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 MAX_TASK_BYTES = 1_000_000
@@ -92,14 +93,12 @@ class Task:
         if isinstance(inputs, torch.Tensor):
             inputs = [inputs]
         if not isinstance(inputs, (list, tuple)):
-            raise TaskError(f"{self.filename}: get_inputs() must return a list of tensors, not {type(inputs).__name__}")
+            raise TaskError(f"{self.filename}: get_inputs() must return a list of inputs, not {type(inputs).__name__}")
         for i, x in enumerate(inputs):
-            if type(x) is not torch.Tensor:
-                raise TaskError(
-                    f"{self.filename}: get_inputs() item {i} is a {type(x).__name__}, not a tensor; every input must "
-                    "be a torch.Tensor (put constants in get_init_inputs() instead)"
-                )
-        return [x.to(device) for x in inputs]
+            why = _unfit_input(x)
+            if why:
+                raise TaskError(f"{self.filename}: get_inputs() item {i} {why}")
+        return [to_device(x, device) for x in inputs]
 
     def sizes_on_meta(self) -> TaskSizes | None:
         """What the task's weights, inputs and output take, in bytes, found on torch's meta device (shapes only: no
@@ -153,6 +152,25 @@ class TaskSizes:
     params: int
     inputs: int
     output: int = 0
+
+
+# What forward may take besides tensors, as KernelBench passes it: values that reach the candidate as they are.
+PLAIN_INPUTS = (type(None), bool, int, float, str)
+
+
+def _unfit_input(x) -> str | None:
+    """Why an input cannot be passed to both models (None when it can): a plain tensor, a Python number, None, a
+    string, a dtype, or a list or tuple of these. Tensor subclasses (which can run code on every access) are not."""
+    import torch
+
+    if type(x) is torch.Tensor or isinstance(x, PLAIN_INPUTS) or isinstance(x, torch.dtype):
+        return None
+    if type(x) in (list, tuple):
+        return next((why for why in map(_unfit_input, x) if why), None)
+    return (
+        f"is a {type(x).__module__}.{type(x).__qualname__}; inputs must be tensors, Python numbers, None, strings, "
+        "dtypes, or lists and tuples of these"
+    )
 
 
 def _tensor_bytes(obj) -> int:

@@ -100,7 +100,8 @@ def test_bad_task_exits_2(tmp_path):
         "def get_inputs():\n    return [1.0]\ndef get_init_inputs():\n    return []\n"
     )
     proc = cudagent("check", str(task), "examples/solutions/cpu/axpby", "--device", "cpu")
-    assert proc.returncode == 2 and "not a tensor" in proc.stderr and "Traceback" not in proc.stderr
+    # a number is a fine input (KernelBench passes such inputs as they are), but an output must be tensors
+    assert proc.returncode == 2 and "forward must return a tensor" in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without a GPU")
@@ -120,3 +121,17 @@ def test_missing_compiler_exits_3(tmp_path):
         env={"CXX": "/nonexistent/c++", "CUDAGENT_CACHE_DIR": str(tmp_path)},
     )
     assert proc.returncode == 3 and "no C++ compiler" in proc.stderr
+
+
+def test_the_static_audit_judges_before_anything_runs(tmp_path):
+    """A candidate the static audit rejects is judged before the task runs or any process starts: here the task
+    would hang for ever on import, and the rejection still comes back at once."""
+    task = tmp_path / "hangs.py"
+    task.write_text("import time\ntime.sleep(10_000)\n" + (ROOT / VADD).read_text())
+    proc = cudagent(
+        "check", str(task), "tests/adversarial/cases/try_except_fallback", "--device", "cpu", "--json",
+        env={"CUDAGENT_TASK_TIMEOUT_S": "600"}, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    verdict = json.loads(proc.stdout)
+    assert verdict["violations"][0]["code"] == "TRY_EXCEPT" and set(verdict["seconds"]) <= {"audit", "total"}

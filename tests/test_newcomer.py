@@ -151,7 +151,7 @@ def test_8_sigterm_ends_a_run_as_ctrl_c_does(tmp_path):
 
 def test_10_the_readme_says_what_the_test_install_costs():
     readme = (ROOT / "README.md").read_text()
-    assert "no prebuilt Linux wheel" in readme and "six minutes" not in readme
+    assert "prebuilt wheels only: about 5 minutes" in readme and "builds from source" not in readme
 
 
 def test_11_report_notes_and_resumed_reports(tmp_path):

@@ -50,7 +50,7 @@ def test_same_seed_gives_same_weights_and_inputs(tmp_path):
 BAD = {
     "missing name": ("del get_init_inputs", "does not define get_init_inputs"),
     "syntax error": ("def broken(:\n    pass", "syntax error"),
-    "non-tensor input": ("def get_inputs():\n    return [torch.randn(4, 8), 3]", "item 1 is a int, not a tensor"),
+    "unfit input": ("def get_inputs():\n    return [torch.randn(4, 8), object()]", "item 1 is a builtins.object"),
     "reference raises": ("Model.forward = lambda self, x: x.reshape(5, 5)", "raised RuntimeError"),
     "nondeterministic": ("Model.forward = lambda self, x: self.lin(x) + torch.rand(4, 3)", "must be deterministic"),
     "dropout in training": (

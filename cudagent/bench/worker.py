@@ -132,7 +132,7 @@ def _baselines(task, device) -> dict:
         "correct": None,
         "tier": None,
         "time_ms": {**times, "candidate": None},
-        "host_inclusive_ms": {t: (b.measurement.stats.median if b else None) for t, b in got.items()},
+        "device_ms": {t: (b.measurement.device.median if b else None) for t, b in got.items()},
         "host_bound": {t: _host_bound(b) for t, b in got.items()},
         "error": "; ".join(baselines.notes) or None,
         "notes": baselines.notes,

@@ -151,7 +151,7 @@ def _run(
 
     from cudagent.errors import CudagentError
     from cudagent.evaluator.compare import Tolerance
-    from cudagent.evaluator.evaluator import EvalOptions
+    from cudagent.evaluator.evaluator import EvalOptions, audited
     from cudagent.evaluator.port import snapshot_of
     from cudagent.evaluator.where import evaluators
     from cudagent.settings import Settings
@@ -178,8 +178,13 @@ def _run(
                 f"{', '.join(changed)} cannot be used with --evaluator: the service evaluates with its own settings"
             )
     the_task = load_task(task)
-    snapshot = snapshot_of(workspace_for(resolve_candidate(candidate), the_task.source))
+    ws = workspace_for(resolve_candidate(candidate), the_task.source)
     where = evaluators(urls, device=device, options=options)
+    if not urls:  # the static audit first, here: a candidate it rejects is judged before any process starts
+        early = audited(the_task, where.device_info, ws)
+        if early.violations:
+            _report(early, as_json, detail)
+    snapshot = snapshot_of(ws)
 
     async def judge():
         port = where.port(the_task)
@@ -192,6 +197,11 @@ def _run(
     with _status(enabled=not as_json and sys.stderr.isatty() and not urls) as status:
         options.on_phase = status
         verdict = asyncio.run(judge())
+    _report(verdict, as_json, detail)
+
+
+def _report(verdict, as_json: bool, detail: bool):
+    """Print the verdict (one JSON object, or text) and end with its exit code."""
     typer.echo(json.dumps(verdict.to_dict(), default=str) if as_json else verdict.summary(detail=detail))
     raise typer.Exit(int(ExitCode.OK if verdict.correct else ExitCode.REJECTED))
 

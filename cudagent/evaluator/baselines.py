@@ -83,9 +83,10 @@ class Baseline:
 
     @property
     def compared_ms(self) -> float:
-        """What a candidate is compared with: the median device time per call (on the CPU, the wall clock). The
-        framework's host overhead is left out (profile.py says why)."""
-        return self.measurement.device.median
+        """What a candidate is compared with: the median time per call, measured as the candidate's is (profile.py,
+        COMPARED): on a GPU the larger of the device time and the host's enqueue time of each call; on the CPU the
+        wall clock."""
+        return self.measurement.stats.median
 
     def to_dict(self, with_samples: bool = False) -> dict:
         return {**self.measurement.to_dict(with_samples), "kernels": self.kernels}

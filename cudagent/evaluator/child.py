@@ -23,11 +23,11 @@ import cudagent.evaluator.isolation as isolation
 import cudagent.evaluator.measure as measure
 import cudagent.evaluator.runtime_audit as audit
 import cudagent.evaluator.transforms as transforms
-import cudagent.evaluator.trees as trees
 import cudagent.evaluator.wire as wire
+import cudagent.trees as trees
 from cudagent.evaluator.measure import Plan
-from cudagent.evaluator.trees import tensors
 from cudagent.evaluator.wire import Channel, ChannelClosed
+from cudagent.trees import tensors
 
 
 class Fatal(Exception):
@@ -37,14 +37,6 @@ class Fatal(Exception):
 def _trace(exc: BaseException, limit: int = 4000) -> str:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return text[-limit:]
-
-
-def _to(obj, device):
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to(o, device) for o in obj)
-    return obj
 
 
 class Harness:
@@ -159,11 +151,12 @@ class Harness:
         if msg.get("reuse"):
             with torch.no_grad():
                 for buf, new in zip(self.inputs, msg["inputs"]):
-                    buf.copy_(new)  # same buffers, new contents
+                    if isinstance(buf, torch.Tensor):
+                        buf.copy_(new)  # same buffers, new contents (a Python value stays what it was)
         else:
-            self.inputs = [_to(x, self.device) for x in msg["inputs"]]
+            self.inputs = [trees.to_device(x, self.device) for x in msg["inputs"]]
         inputs = self.inputs
-        before = [x.detach().clone() for x in inputs]
+        before = [trees.clone(x) for x in inputs]
         audit.poison_free_memory(list(msg.get("poison_nbytes", [])), self.device)
         self._sync()
         record = audit.record_call(lambda: self.model(*inputs), self.device, bool(msg.get("observe_kernels")))
@@ -198,7 +191,7 @@ class Harness:
     def _aliasing(self, out) -> list[str]:
         found = []
         outs = [t for t in tensors(out) if type(t) is torch.Tensor]
-        inputs = [audit.storage_span(x) for x in self.inputs]
+        inputs = [audit.storage_span(x) for x in tensors(self.inputs)]
         params = [audit.storage_span(p) for p in list(self.model.parameters()) + list(self.model.buffers())]
         previous = [audit.storage_span(t) for t in tensors(self.last_outputs) if type(t) is torch.Tensor]
         for i, t in enumerate(outs):
@@ -224,8 +217,8 @@ class Harness:
         of a few samples, chosen after the fact, for the parent to check."""
         audit.await_profiler_warmup()
         if msg.get("inputs") is not None:
-            self.timing_sets = [[_to(x, self.device) for x in s] for s in msg["inputs"]]
-            self.pristine = [[x.clone() for x in s] for s in self.timing_sets]
+            self.timing_sets = [[trees.to_device(x, self.device) for x in s] for s in msg["inputs"]]
+            self.pristine = [[trees.clone(x) for x in s] for s in self.timing_sets]
         sets, fn = self.timing_sets, self._target(msg.get("target"))
         change = None
         if msg.get("transform") is not None:
@@ -262,7 +255,7 @@ class Harness:
 
     def op_nvtx_call(self, msg: dict) -> dict:
         """One warm-up call, then one call inside the NVTX range `cudagent` (what ncu profiles)."""
-        inputs = [_to(x, self.device) for x in msg["inputs"]]
+        inputs = [trees.to_device(x, self.device) for x in msg["inputs"]]
         with torch.no_grad():
             self.model(*inputs)
             torch.cuda.synchronize()
@@ -307,7 +300,11 @@ def _harness_modules() -> list:
     return [sys.modules[__name__], audit, measure, transforms, trees, wire, isolation]
 
 
-def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+def _bitwise_equal(a, b) -> bool:
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        if isinstance(a, (list, tuple)) and type(a) is type(b) and len(a) == len(b):
+            return all(_bitwise_equal(x, y) for x, y in zip(a, b))
+        return type(a) is type(b) and a == b  # a Python value passed as it is
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     if a.numel() == 0:

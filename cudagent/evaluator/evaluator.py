@@ -82,7 +82,8 @@ class EvalOptions:
 
 
 class Evaluator:
-    """Evaluates candidates for one task on one device. Validates the task once, when constructed."""
+    """Evaluates candidates for one task on one device. Validates the task once (`validate`, or the first evaluation
+    of a candidate the static audit lets through)."""
 
     def __init__(
         self,
@@ -94,7 +95,7 @@ class Evaluator:
         """null_candidates: the task's null-candidate check if the caller already ran it (bench does)."""
         self.task, self.device = task, device
         self.options = options or EvalOptions()
-        validate_task(task, device.kind)
+        self._validated = False
         isolation.protect_this_process()
         self._nulls = null_candidates
         self._link_baseline: frozenset[str] | None = None
@@ -104,6 +105,13 @@ class Evaluator:
         self._zygote: Zygote | None = None
         self._zygote_home: str | None = None
         self._spare: ChildProcess | None = None
+
+    def validate(self) -> None:
+        """Check the task once (it loads, runs, is deterministic: task.validate_task); a broken one raises TaskError.
+        The first evaluation does it after the static audit; a caller that must fail early calls it first."""
+        if not self._validated:
+            validate_task(self.task, self.device.kind)
+            self._validated = True
 
     def __enter__(self) -> Evaluator:
         return self
@@ -194,23 +202,12 @@ class Evaluator:
 
     def evaluate(self, ws: Workspace, timing: bool | None = None) -> Verdict:
         timing = self.options.timing if timing is None else timing
-        v = Verdict(task={"name": self.task.name, "sha256": self.task.sha256}, device=self.device.to_dict())
         t0 = time.monotonic()
-        restored = ws.ensure_infrastructure(self.task.source)
-        if restored:
-            v.notes.append(f"restored fixed files that had been changed or deleted: {', '.join(restored)}")
-        v.candidate_format = ws.candidate_format().value
-        if not ws.model_new_py.is_file():
-            v.reject("NO_MODELNEW", "the workspace has no model_new.py; write ModelNew there")
-            return self._finish(v, t0)
         self._phase("auditing the sources")
-        if self.options.audit_static:
-            source = ws.model_new_py.read_text(errors="replace")
-            for violation in audit_model_new(source) + scan_files(ws.kernel_sources(), ws.root):
-                v.reject(violation.code, violation.message)
-        v.seconds["audit"] = round(time.monotonic() - t0, 3)
-        if v.violations:
+        v = audited(self.task, self.device, ws, self.options.audit_static)
+        if v.violations:  # milliseconds: nothing has run, not even the reference
             return self._finish(v, t0)
+        self.validate()
         self._phase("checking the task with null candidates")
         self._flag_degenerate(v)
         if timing:  # clean baselines first: no candidate process may exist while they are measured
@@ -379,6 +376,27 @@ class Evaluator:
             v.set_times(t["eager"], t["compile"], t["candidate"] if v.correct else None, self.options.margin)
         v.seconds["total"] = round(time.monotonic() - t0, 3)
         return v
+
+
+def audited(task: Task, device: DeviceInfo, ws: Workspace, audit_static: bool = True) -> Verdict:
+    """A verdict's start, in this process and before any other starts: fixed files restored, model_new.py present,
+    and the static audit of model_new.py and the kernel sources (off only in tests that show a runtime defense holds
+    on its own). A candidate this rejects is judged in milliseconds."""
+    t0 = time.monotonic()
+    v = Verdict(task={"name": task.name, "sha256": task.sha256}, device=device.to_dict())
+    restored = ws.ensure_infrastructure(task.source)
+    if restored:
+        v.notes.append(f"restored fixed files that had been changed or deleted: {', '.join(restored)}")
+    v.candidate_format = ws.candidate_format().value
+    if not ws.model_new_py.is_file():
+        v.reject("NO_MODELNEW", "the workspace has no model_new.py; write ModelNew there")
+        return v
+    if audit_static:
+        source = ws.model_new_py.read_text(errors="replace")
+        for violation in audit_model_new(source) + scan_files(ws.kernel_sources(), ws.root):
+            v.reject(violation.code, violation.message)
+    v.seconds["audit"] = round(time.monotonic() - t0, 3)
+    return v
 
 
 def _relative(path: str, ws: Workspace) -> str:

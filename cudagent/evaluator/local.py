@@ -51,7 +51,9 @@ class LocalEvaluator:
         """`open` for a caller that runs it in a worker thread of its own (a service's sessions: its event loop
         must go on), where the task's time limit does not apply."""
         if self.evaluator is None:
-            self.evaluator = Evaluator(self.task, self.device_info, self.options, self.null_candidates)
+            evaluator = Evaluator(self.task, self.device_info, self.options, self.null_candidates)
+            evaluator.validate()
+            self.evaluator = evaluator
             self._dir = Path(tempfile.mkdtemp(prefix="cudagent-eval-", dir=self.scratch_root))
             self.workspace = Workspace.create(self._dir / "ws", self.task.source)
 

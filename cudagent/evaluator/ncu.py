@@ -14,6 +14,7 @@ import shutil
 import tempfile
 
 from cudagent.evaluator.session import ChildFailure, ChildProcess
+from cudagent.trees import to_device
 
 STALLS = (
     "long_scoreboard",
@@ -91,7 +92,7 @@ def ncu_summary(load_msg: dict, inputs: list, extra_env: dict, timeout_s: float 
                 if not reply.get("ok", False):
                     return [], f"ModelNew could not be loaded under ncu: {reply.get('error')}"
                 reply = child.request(
-                    {"op": "nvtx_call", "inputs": [x.cpu() for x in inputs]},
+                    {"op": "nvtx_call", "inputs": [to_device(x, "cpu") for x in inputs]},
                     timeout_s=timeout_s,
                     what="running under ncu",
                 )

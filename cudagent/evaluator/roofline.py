@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from cudagent.evaluator.peaks import Peaks
-from cudagent.evaluator.trees import nbytes
+from cudagent.trees import nbytes
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,9 @@ class InputSpec:
         for i, (x, kind) in enumerate(zip(inputs, self.inputs)):
             u1, u2 = draws[i]
             target = out[i] if out is not None else None
+            if not isinstance(x, torch.Tensor):  # a Python value: passed as it is, every call
+                result.append(x)
+                continue
             if kind.kind == "fixed":
                 if target is not None and target is not x:
                     target.copy_(x)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from cudagent.trees import clone
+
 
 def _generator(device: torch.device, seed: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)
@@ -41,8 +43,8 @@ def _comb(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 def stress_inputs(inputs: list[torch.Tensor], seed: int, mild: bool = False) -> list[torch.Tensor]:
     out = []
     for i, x in enumerate(inputs):
-        if not x.is_floating_point() or x.numel() == 0:
-            out.append(x.clone())
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.numel() == 0:
+            out.append(clone(x))
             continue
         gen = _generator(x.device, seed + i)
         mean, std = _scale(x)
@@ -80,6 +82,9 @@ def sparse_mutation(inputs: list[torch.Tensor], seed: int) -> tuple[list[torch.T
     """A copy of the inputs with one small block of each floating input redrawn; (inputs, whether anything changed)."""
     out, changed = [], False
     for i, x in enumerate(inputs):
+        if not isinstance(x, torch.Tensor):
+            out.append(x)
+            continue
         y = x.contiguous().clone()
         if x.is_floating_point() and x.numel() > 0:
             gen = _generator(x.device, seed + i)

@@ -26,10 +26,10 @@ from cudagent.evaluator.compare import Tolerance, compare
 from cudagent.evaluator.judge import Extension, judge_call, judge_failed_call, judge_tampering
 from cudagent.evaluator.session import ChildProcess
 from cudagent.evaluator.transforms import InputSpec, secret_draw
-from cudagent.evaluator.trees import all_finite, has_dtype, nbytes_list, tensors
 from cudagent.evaluator.trials import sparse_mutation, stress_inputs
 from cudagent.evaluator.verdict import Trial, Verdict
 from cudagent.task import Task, randomized_state
+from cudagent.trees import all_finite, clone, has_dtype, nbytes_list, tensors, to_device
 from cudagent.workspace import CandidateFormat, Workspace
 
 REDUCED_PRECISION_REL_L2 = 1e-4  # fp32 arithmetic lands far below; tf32/bf16/fp16 above
@@ -81,7 +81,7 @@ class TrialRunner:
             mutated, changed = sparse_mutation(current, secrets.randbits(62))
             if changed:
                 self._call("sparse-mutation", mutated, ref, reuse=True)
-            again = self._call("determinism", [x.clone() for x in stock[0]], ref)
+            again = self._call("determinism", [clone(x) for x in stock[0]], ref)
             if outs[0] is not None and again is not None:
                 same = compare(outs[0], again, self.tol, name="output", check_device=False)
                 if not same.ok:
@@ -122,10 +122,10 @@ class TrialRunner:
         start = time.monotonic()
         msg = {
             "op": "call",
-            "inputs": [x.cpu() for x in inputs],
+            "inputs": [to_device(x, "cpu") for x in inputs],
             "reuse": reuse,
             "observe_kernels": observe,
-            "poison_nbytes": self.out_bytes + [x.numel() * x.element_size() for x in inputs],
+            "poison_nbytes": self.out_bytes + nbytes_list(inputs),
         }
         reply = self.child.request(
             msg, timeout_s=self.call_timeout_s, max_bytes=(16 << 20) + 2 * sum(self.out_bytes), what=f"trial {name}"

@@ -40,18 +40,6 @@ def test_sparse_mutation_changes_a_small_block():
     assert not changed
 
 
-def test_a_baseline_is_compared_on_its_device_time_the_candidate_on_the_larger():
-    """A baseline's host overhead (the framework's) is left out of what a candidate is compared with; the candidate's
-    own samples keep the larger of device and host time (measure.py), so its host work is never free."""
-    from cudagent.evaluator.baselines import Baseline, Measurement
-    from cudagent.evaluator.profile import COMPARED
-
-    host_bound = Measurement.of({"ms": [0.19, 0.2, 0.21], "wall_ms": [0.2, 0.2, 0.2], "device_ms": [0.05, 0.05, 0.06]})
-    assert Baseline(host_bound).compared_ms == 0.05
-    assert host_bound.stats.median == 0.2  # still reported
-    assert "the candidate: per call, the larger of its device time and its host enqueue time" in COMPARED
-
-
 def test_inputs_far_larger_than_the_flush_buffer_are_timed_as_one_set():
     """Three rotated sets, unless a set takes ONE_SET_FLUSH_MULTIPLE flush buffers (KernelBench's 6.4 GB ReLU input):
     the candidate and the baselines of a task then get one set each, and the task a third of the device memory."""
