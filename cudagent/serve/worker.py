@@ -84,7 +84,7 @@ class Worker:
             else:
                 self.timing = None
         if event != "waiting":
-            self.log(f"timing {'starts' if event == 'held' else 'ends:  '}: {label or '(no session)'}")
+            self.log(f"{'timing starts:' if event == 'held' else 'timing ends:  '} {label or '(no session)'}")
 
     def log(self, text: str) -> None:
         stamp = time.strftime("%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03d}"

@@ -298,12 +298,12 @@ def test_the_model_composes_tasks_and_bad_answers_are_dropped_with_a_reason(tmp_
 
 @pytest.mark.slow
 def test_a_weak_real_model_does_not_break_the_pipeline(tmp_path, model_server):
-    argv = [sys.executable, "-m", "cudagent", "data", "synth", "--out", str(tmp_path / "llm"), "--count", "2"]
+    argv = [sys.executable, "-m", "cudagent", "data", "synth", "--out", str(tmp_path / "llm"), "--count", "1"]
     argv += ["--model", model_server.model, "--base-url", model_server.url, "--max-ops", "2", "--reply-tokens", "160"]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [json.loads(x) for x in (tmp_path / "llm" / "synth.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 and all(r.get("file") or r.get("dropped") for r in rows)
+    assert len(rows) == 1 and all(r.get("file") or r.get("dropped") for r in rows)
     files = list((tmp_path / "llm").glob("*.py"))
     if files:  # whatever it wrote goes through the filters without breaking them
         config = FilterConfig(runtime_ms=(0.0, 1e6), compile_backend="aot_eager", timeout_s=60)

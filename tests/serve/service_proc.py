@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -99,3 +100,18 @@ class ServiceProcess:
 
     def post(self, path: str, payload, token: str | None = TOKEN):
         return self.request("POST", path, json.dumps(payload).encode(), token=token)
+
+
+def timing_windows(log: str) -> list[tuple[str, str, str]]:
+    """(start, end, session) of each stretch a worker held its device alone for a timing, from its log lines."""
+    starts, spans = {}, []
+    for line in log.splitlines():
+        m = re.search(r"\] (\d\d:\d\d:\d\d\.\d{3}) timing (starts|ends):\s+session (\w+)", line.replace("-", "_"))
+        if not m:
+            continue
+        stamp, what, sid = m.groups()
+        if what == "starts":
+            starts[sid] = stamp
+        else:
+            spans.append((starts.pop(sid), stamp, sid))
+    return spans

@@ -26,7 +26,7 @@ from cudagent.task import Task
 from tests.agent.episodes import FINISH, MODEL_NEW, SOLVE, TASK, cli_env, cudagent, events, git, summary, write_task
 from tests.agent.fakes import ScriptedPolicy, call, episode
 from tests.agent.script_server import ScriptedServer, from_list
-from tests.serve.service_proc import TOKEN, ServiceProcess
+from tests.serve.service_proc import TOKEN, ServiceProcess, timing_windows
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::ResourceWarning")]
@@ -368,3 +368,33 @@ def test_check_on_the_service_gives_the_local_verdict(tmp_path, service):
     assert [t["name"] for t in mine["trials"]] == [t["name"] for t in theirs["trials"]]
     refused = cudagent([*argv, "--evaluator", service.url, "--atol", "0.5"], env)
     assert refused.returncode == 2 and "--atol/--rtol cannot be used with --evaluator" in refused.stderr
+
+
+def test_two_timed_evaluations_at_once_hold_the_device_one_after_the_other(service):
+    """The service's sessions share its device as a bench's processes do (device/share.py): every timing holds it
+    alone, so the timed windows of two sessions evaluating at once never overlap, and the log names each."""
+    from cudagent.evaluator.port import snapshot_of
+    from cudagent.workspace import resolve_candidate, workspace_for
+    from tests.agent.episodes import SOLUTION
+
+    snapshot = snapshot_of(workspace_for(resolve_candidate(SOLUTION), TASK))
+    pool = EvaluatorPool([service.url], TOKEN)
+
+    async def one():
+        port = pool.port(Task("axpby_small", TASK, None))
+        await port.open()
+        try:
+            return port.session.replace("-", "_"), await port.evaluate(snapshot, timing=True)
+        finally:
+            await port.close()
+
+    async def both():
+        return await asyncio.gather(one(), one())
+
+    results = asyncio.run(both())
+    assert all(v.correct and v.time_ms["candidate"] for _, v in results), [v.summary() for _, v in results]
+    ours = {sid[:8] for sid, _ in results}
+    spans = sorted(s for s in timing_windows(service.log.read_text()) if s[2] in ours)
+    assert {sid for *_, sid in spans} == ours  # both timed, and the log says so
+    for (_, end, _), (start, _, _) in zip(spans, spans[1:]):
+        assert end <= start, spans  # one timing at a time

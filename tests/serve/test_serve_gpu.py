@@ -6,7 +6,6 @@ CUDAGENT_SERVE_LOG to a path to keep a readable log (the device run commits it).
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import threading
 from pathlib import Path
@@ -16,25 +15,10 @@ import pytest
 from tests.agent.episodes import REPO, cudagent, git, summary
 from tests.agent.script_server import ScriptedServer, from_list
 from tests.agent.test_agent_gpu import _write_steps
-from tests.serve.service_proc import ServiceProcess
+from tests.serve.service_proc import ServiceProcess, timing_windows
 from tests.serve.test_serve import remote_env
 
 pytestmark = pytest.mark.serial  # it times kernels: alone on the GPU
-
-
-def _windows(log: str) -> list[tuple[str, str, str]]:
-    """(start, end, session) of each timed evaluation, from the worker's log lines."""
-    starts, spans = {}, []
-    for line in log.splitlines():
-        m = re.search(r"\] (\d\d:\d\d:\d\d\.\d{3}) timing (starts|ends):\s+session (\w+)", line.replace("-", "_"))
-        if not m:
-            continue
-        stamp, what, sid = m.groups()
-        if what == "starts":
-            starts[sid] = stamp
-        else:
-            spans.append((starts.pop(sid), stamp, sid))
-    return spans
 
 
 def test_two_clients_share_one_gpu_service_with_timing_serialized(tmp_path):
@@ -66,7 +50,7 @@ def test_two_clients_share_one_gpu_service_with_timing_serialized(tmp_path):
         assert s["best"]["in_run"]["tier"] == 3 and s["final"]["correct"] is True, s
         msg = git(s["repo"], "log", "-1", "--format=%B", s["best"]["commit"])
         assert "Cudagent-GPU: NVIDIA" in msg
-    spans = _windows(log)
+    spans = timing_windows(log)
     report.append("timed evaluations on the GPU (start, end, session):")
     report += [f"  {a} - {b}  {sid}" for a, b, sid in spans]
     report.append("service log:\n" + log)
