@@ -211,14 +211,15 @@ def workspace_for(candidate: CandidatePath, task_source: str) -> Workspace:
     """The workspace a candidate is built and evaluated in.
 
     A full workspace is used in place. Anything else is mirrored into a staging workspace in the cache, keyed by
-    the candidate's path, so that repeated checks rebuild incrementally and the user's directory gets no build
-    files. Only changed files are rewritten, so ninja sees true modification times.
+    the candidate's path and the task, so that repeated checks rebuild incrementally and the user's directory gets
+    no build files, and checks of one candidate against two tasks at once never write each other's task file. Only
+    changed files are rewritten, so ninja sees true modification times.
     """
     if candidate.is_workspace:
         ws = Workspace(candidate.root)
         ws.ensure_infrastructure(task_source)
         return ws
-    key = hashlib.sha256(str(candidate.model_new).encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{candidate.model_new}\0{task_source}".encode()).hexdigest()[:16]
     ws = Workspace.create(cache_dir() / "staging" / f"{candidate.root.name}-{key}", task_source)
     _sync_file(candidate.model_new, ws.model_new_py)
     wanted: set[Path] = set()

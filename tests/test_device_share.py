@@ -88,3 +88,27 @@ def test_a_process_that_holds_the_device_alone_takes_every_share_exclusively(tmp
         sharer.wait()
     finally:
         monkeypatch.delenv(ds.ALONE_ENV, raising=False)
+
+
+def test_an_observer_hears_of_a_release_while_the_share_is_still_held(tmp_path, monkeypatch):
+    """A serve worker logs "timing ends" from this event: told after the lock was given up, the next session's
+    "timing starts" could be logged first, and the log would show two timings at once."""
+    import fcntl
+
+    lock = tmp_path / "gpu0.lock"
+    monkeypatch.setenv(ds.LOCK_ENV, str(lock))
+    seen: list[tuple[str, bool]] = []
+
+    def on_share(event: str, exclusive: bool, label: str | None) -> None:
+        if event == "released":
+            with open(lock, "a") as other:  # another open file: excluded as another process would be
+                try:
+                    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    seen.append((event, False))
+                except BlockingIOError:
+                    seen.append((event, True))
+
+    monkeypatch.setattr(ds, "_observers", [on_share])
+    with ds.device_share(exclusive=True):
+        pass
+    assert seen == [("released", True)]

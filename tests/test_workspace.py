@@ -96,3 +96,19 @@ def test_a_full_workspace_is_used_in_place(tmp_path):
     ws = Workspace.create(tmp_path / "ws", TASK)
     ws.model_new_py.write_text("import cuda_extension\n")
     assert workspace_for(resolve_candidate(ws.root), TASK).root == ws.root
+
+
+def test_one_candidate_checked_against_two_tasks_is_staged_twice(tmp_path, monkeypatch):
+    """Two checks of one candidate directory against different tasks, at once, must not write each other's task
+    file into a shared staging workspace (the evaluator would call that tampering)."""
+    monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    cand = tmp_path / "cand"
+    (cand / "kernels").mkdir(parents=True)
+    (cand / "model_new.py").write_text("import cuda_extension\n")
+    (cand / "kernels" / "k.cpp").write_text("// k\n")
+    other_task = TASK + "# another task\n"
+    assert other_task != TASK
+    first = workspace_for(resolve_candidate(cand), TASK)
+    second = workspace_for(resolve_candidate(cand), other_task)
+    assert first.root != second.root
+    assert not first.tampered_infrastructure(TASK) and not second.tampered_infrastructure(other_task)

@@ -93,5 +93,5 @@ def device_share(exclusive: bool):
             yield
         finally:
             stack.pop()
+            _tell("released", exclusive)  # before the lock is given up: an observer's log never shows two at once
             fcntl.flock(lock, fcntl.LOCK_UN)
-            _tell("released", exclusive)
