@@ -12,6 +12,7 @@ may share a device (a bench's tasks): what runs on it takes a share, timings tak
 
 from __future__ import annotations
 
+import collections
 import os
 import secrets
 import shutil
@@ -48,6 +49,8 @@ from cudagent.evaluator.zygote import Zygote
 from cudagent.task import Task, validate_task
 from cudagent.workspace import CandidateFormat, Workspace
 
+SPARE_PROCESSES = 2  # with spare_process: started processes kept ready for the next evaluations
+
 
 @dataclass
 class EvalOptions:
@@ -73,11 +76,13 @@ class EvalOptions:
     fork_server: bool = True
     # Told, in a few words, of each phase as it starts (a progress display); never given candidate output.
     on_phase: object = None
-    # Start the next evaluation's process as soon as one ends (with the fork server): it sets its CUDA context and
-    # its profiler up (CUPTI: about 5 s on the H100) while the agent works, instead of in the next verification.
-    # It has never loaded candidate code; each evaluation still runs in a process of its own. For one agent working
-    # on the machine (`cudagent optimize`); off by default, since every open evaluator then holds a process with a
-    # CUDA context (a service with many sessions, a bench of one evaluation per task).
+    # Keep the next evaluations' processes started (with the fork server): each sets its CUDA context and its
+    # profiler up (CUPTI: about 5 s on the H100) while the agent works, instead of in the next verification. Two are
+    # kept and the older one is used, so a process has had a whole evaluation to get ready even when evaluations
+    # follow each other at once (an agent that edits and checks back to back). None has loaded candidate code; each
+    # evaluation still runs in a process of its own. For one agent working on the machine (`cudagent optimize`); off
+    # by default, since every open evaluator then holds processes with CUDA contexts (a service with many sessions,
+    # a bench of one evaluation per task).
     spare_process: bool = False
 
 
@@ -104,7 +109,7 @@ class Evaluator:
         self._cost = None
         self._zygote: Zygote | None = None
         self._zygote_home: str | None = None
-        self._spare: ChildProcess | None = None
+        self._spares: collections.deque[ChildProcess] = collections.deque()  # oldest first
 
     def validate(self) -> None:
         """Check the task once (it loads, runs, is deterministic: task.validate_task); a broken one raises TaskError.
@@ -121,9 +126,8 @@ class Evaluator:
 
     def close(self) -> None:
         self.baselines.close()
-        if self._spare is not None:
-            self._spare.close()
-            self._spare = None
+        while self._spares:
+            self._spares.popleft().close()
         self._close_zygote()
 
     def _fork_server(self) -> Zygote | None:
@@ -281,26 +285,27 @@ class Evaluator:
         return child
 
     def _candidate_process(self, ws: Workspace) -> ChildProcess:
-        """The spare started after the last evaluation if it is alive and fits this workspace, else a new one."""
+        """The oldest spare that is alive and fits this workspace (the readiest), else a new process."""
         env = self._child_env(ws)
-        spare, self._spare = self._spare, None
-        if spare is not None and spare.extra_env == env and spare.alive():
-            return spare
-        if spare is not None:
+        while self._spares:
+            spare = self._spares.popleft()
+            if spare.extra_env == env and spare.alive():
+                return spare
             spare.close()
         return self._new_process(env)
 
     def _keep_as_spare(self, child: ChildProcess) -> None:
-        """A process that was never sent a request (the build failed) serves the next evaluation."""
-        if self.options.spare_process and self._spare is None:
-            self._spare = child
+        """A process that was never sent a request (the build failed) serves the next evaluation, first in line."""
+        if self.options.spare_process and len(self._spares) < SPARE_PROCESSES:
+            self._spares.appendleft(child)
         else:
             child.close()
 
     def _start_spare(self, ws: Workspace) -> None:
-        """Once an evaluation is over (nothing is being timed), start the next one's process (spare_process)."""
-        if self.options.spare_process and self.options.fork_server and self._spare is None:
-            self._spare = self._new_process(self._child_env(ws))
+        """Once an evaluation is over (nothing is being timed), top the spares up (spare_process)."""
+        if self.options.spare_process and self.options.fork_server:
+            while len(self._spares) < SPARE_PROCESSES:
+                self._spares.append(self._new_process(self._child_env(ws)))
 
     def _phase(self, what: str) -> None:
         if self.options.on_phase is not None:

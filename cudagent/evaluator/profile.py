@@ -258,6 +258,7 @@ class Profiler:
 
     def _confirm(self, child: ChildProcess, baselines: dict, v: Verdict) -> None:
         samples: dict[str, list[float]] = {"candidate": [], "eager": [], "compile": []}
+        rounds: dict[str, list[float]] = {"candidate": [], "eager": [], "compile": []}  # each round's median
         device: dict[str, list[float]] = {"eager": [], "compile": []}
         idle_cpu_s = baseline_s = 0.0  # the candidate's process's CPU time while the baselines ran, and their time
         try:
@@ -271,6 +272,7 @@ class Profiler:
                     v.reject("FORWARD_RAISED", f"[confirmation] ModelNew.forward raised {reply.get('error')}")
                     return
                 samples["candidate"] += reply["ms"]
+                rounds["candidate"].append(TimeStats.of(reply["ms"]).median)
                 for t in ("eager", "compile"):
                     if baselines[t]:
                         cpu0, t0 = child.cpu_seconds(), time.monotonic()
@@ -278,6 +280,7 @@ class Profiler:
                         baseline_s += time.monotonic() - t0
                         idle_cpu_s += child.cpu_seconds() - cpu0
                         samples[t] += m.ms  # compared as the candidate's samples are
+                        rounds[t].append(m.stats.median)
                         device[t] += m.device_ms  # interference is judged on the device's side alone
         except BaselineError as exc:
             v.notes.append(f"the interleaved confirmation could not run ({exc}); tier kept at 1")
@@ -288,6 +291,7 @@ class Profiler:
         self.detail["confirmation"] = {
             "rounds": CONFIRM_ROUNDS,
             "median_ms": med,
+            "round_median_ms": {t: xs for t, xs in rounds.items() if xs},
             "tier": tier,
             "candidate_cpu_s_while_baselines_ran": idle_cpu_s,
             "baselines_s": baseline_s,
@@ -309,7 +313,11 @@ class Profiler:
             elif med[t] * STALE < baselines[t].compared_ms:
                 self.stale.append(t)
         if tier < v.tier:
-            v.notes.append(f"the interleaved confirmation measured tier {tier}, not {v.tier}; tier {tier} granted")
+            measured = ", ".join(f"{t} {ms:.4f} ms" for t, ms in med.items() if ms is not None)
+            v.notes.append(
+                f"the interleaved confirmation measured tier {tier}, not {v.tier} ({measured}: medians of "
+                f"{CONFIRM_ROUNDS} rounds); tier {tier} granted"
+            )
             v.tier = tier
 
     def _interfered(self, v: Verdict, what: str) -> None:

@@ -56,4 +56,31 @@ def test_the_confirmation_compares_the_baselines_by_the_same_clock():
     profiler._confirm(FakeChild(), cached, v)
     confirmation = profiler.detail["confirmation"]
     assert confirmation["median_ms"] == {"candidate": 0.030, "eager": 0.050, "compile": 0.050}
+    assert confirmation["round_median_ms"]["eager"] == [0.050] * 5
     assert confirmation["tier"] == 3 and v.tier == 3 and v.correct
+
+
+def test_a_lower_tier_from_the_confirmation_says_what_it_measured():
+    """The confirmation's tier wins when lower, and the note names the medians it compared (a bench report keeps
+    the notes: without the figures a tier that changed between runs cannot be explained)."""
+    profiler = Profiler(
+        task=None,
+        device=DeviceInfo(kind="cuda", name="test", torch_version="test"),
+        baselines=FakeBaselines(),
+        tolerance=None,
+        plan=Plan(),
+        margin=0.05,
+    )
+    cached = {t: Baseline(Measurement.of(CANDIDATE)) for t in ("eager", "compile")}
+    v = Verdict(correct=True)
+    v.set_times(0.1, 0.1, 0.030, 0.05)  # as if the first measurement had seen slow baselines: tier 3
+    assert v.tier == 3
+    profiler._confirm(SlowChild(), cached, v)
+    assert v.tier == 1
+    (note,) = [n for n in v.notes if "interleaved confirmation" in n]
+    assert "tier 1, not 3" in note and "candidate 0.0600 ms" in note and "eager 0.0500 ms" in note
+
+
+class SlowChild(FakeChild):
+    def request(self, message, timeout_s, what):
+        return {"ok": True, "ms": [0.060] * 120, "device_ms": [0.060] * 120, "wall_ms": [0.060] * 120}

@@ -90,8 +90,9 @@ def test_the_evaluator_restarts_a_dead_zygote(tmp_path):
 
 @pytest.mark.slow
 def test_the_next_evaluation_runs_in_the_spare_process(tmp_path):
-    """After an evaluation the evaluator starts the next one's process (it sets CUDA and the profiler up while the
-    agent works); a process that was sent nothing because the build failed is kept as that spare."""
+    """After an evaluation the evaluator keeps two processes started for the next ones (they set CUDA and the
+    profiler up while the agent works) and uses the older first; a process that was sent nothing because the build
+    failed is kept, first in line."""
     from cudagent.device.info import resolve_device
     from cudagent.evaluator import EvalOptions, Evaluator
     from cudagent.task import load_task
@@ -106,13 +107,14 @@ def test_the_next_evaluation_runs_in_the_spare_process(tmp_path):
     with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=False, spare_process=True)) as evaluator:
         kernel.write_text(good + "\nthis does not compile;\n")
         assert [v.code for v in evaluator.evaluate(ws).violations] == ["BUILD_FAILED"]
-        kept = evaluator._spare
-        assert kept is not None and kept.alive()  # never sent anything: it serves the next evaluation
+        (kept,) = evaluator._spares
+        assert kept.alive()  # never sent anything: it serves the next evaluation
         kernel.write_text(good)
         assert evaluator.evaluate(ws).correct
         assert not kept.alive()  # it ran that evaluation and was closed with it
-        spare = evaluator._spare
-        assert spare is not None and spare is not kept and spare.alive()
+        older, newer = evaluator._spares  # topped up to two, started after the evaluation
+        assert older is not kept and older.alive() and newer.alive()
         assert evaluator.evaluate(ws).correct
-        assert not spare.alive()
-    assert evaluator._spare is None
+        assert not older.alive() and newer.alive()  # the older, readier one ran it
+        assert list(evaluator._spares)[0] is newer and len(evaluator._spares) == 2
+    assert not evaluator._spares and not newer.alive()
