@@ -2,8 +2,8 @@
 the roofline against measured peaks, the text report; cached baselines that went stale; interference."""
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
