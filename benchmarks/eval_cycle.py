@@ -151,7 +151,7 @@ def main() -> None:
     naive_by_task = {}
     for task in tasks:
         if earlier:
-            n = min((e["tasks"][task]["naive"] for e in earlier), key=lambda x: x["per_iteration_s"])
+            n = min((e["naive"][task] for e in earlier), key=lambda x: x["per_iteration_s"])
             naive_by_task[task] = {**n, "reused_from": [str(p) for p in args.naive_from]}
     with tempfile.TemporaryDirectory(prefix="eval-cycle-") as tmp:
         for run in range(args.runs):
