@@ -5,11 +5,11 @@ For each task: a fresh workspace with the example's CUDA solution. Ours: one col
 baselines, device peaks), then ITERATIONS rounds of "append a line to a .cu file, evaluate with timing". Naive: the
 same edit, then a full rebuild, a verification process and a profiling process, ITERATIONS times.
 
-    python benchmarks/eval_cycle.py [--out FILE.json] [--runs 3] [--naive-from EARLIER.json ...]
+    python benchmarks/eval_cycle.py [--out FILE.json] [--runs 3] [--naive-from EARLIER.json ... | --no-naive]
 
 --naive-from takes each task's naive figures from earlier results files (the smallest of them, so the speedup is
 the least favourable) instead of measuring them again: the naive cycle runs none of cudagent's code, so it only
-needs measuring again on a different machine or software stack.
+needs measuring again on a different machine or software stack. --no-naive leaves it out (no speedup then).
 
 Runs every task --runs times in one call (the first run on whatever caches the machine has: on a fresh one, cold)
 and writes each run's figures, the spread over runs (min, median, max) of the iteration time and of every
@@ -143,6 +143,7 @@ def main() -> None:
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--runs", type=int, default=3, help="whole runs (each task in a fresh workspace), one call")
     parser.add_argument("--naive-from", nargs="*", default=[], help="earlier results whose naive figures to reuse")
+    parser.add_argument("--no-naive", action="store_true", help="time cudagent's cycle alone")
     args = parser.parse_args()
 
     earlier = [json.loads(Path(p).read_text()) for p in args.naive_from]
@@ -157,9 +158,9 @@ def main() -> None:
         for run in range(args.runs):
             results = {}
             for task in tasks:
-                if task not in naive_by_task:
+                if task not in naive_by_task and not args.no_naive:
                     naive_by_task[task] = naive(task, Path(tmp) / f"run{run}")
-                n = naive_by_task[task]
+                n = naive_by_task.get(task, {"per_iteration_s": float("nan")})
                 o = ours(task, Path(tmp) / f"run{run}")
                 results[task] = {"ours": o, "speedup": n["per_iteration_s"] / o["per_iteration_s"]}
                 print(
@@ -172,7 +173,7 @@ def main() -> None:
                 )
             out["runs"].append(results)
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(json.dumps({**out, "partial": True}, indent=2))
+            Path(args.out).write_text(json.dumps({**out, "naive": naive_by_task, "partial": True}, indent=2))
     out["machine_after"] = machine_state()
     out["naive"] = naive_by_task
     out["summary"] = {
