@@ -85,6 +85,7 @@ def ours(task: str, scratch: Path) -> dict:
         "time_ms": last.time_ms,
         "candidate_samples": last.timing["targets"]["candidate"]["event_ms"]["samples"],
         "trials": len(last.trials),
+        "trial_s": {t.name: t.seconds for t in last.trials},
         "confirmations": [v.timing.get("confirmation") for v in verdicts],
         "notes": last.notes,
     }

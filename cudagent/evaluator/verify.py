@@ -127,9 +127,11 @@ class TrialRunner:
             "observe_kernels": observe,
             "poison_nbytes": self.out_bytes + nbytes_list(inputs),
         }
+        sent = time.monotonic()
         reply = self.child.request(
             msg, timeout_s=self.call_timeout_s, max_bytes=(16 << 20) + 2 * sum(self.out_bytes), what=f"trial {name}"
         )
+        answered = time.monotonic()
         expected = self.task.run(model, inputs)  # only now: the candidate's output is already here
         self.fp32_outputs = self.fp32_outputs or has_dtype(expected, torch.float32)
         comparison = None
@@ -150,11 +152,18 @@ class TrialRunner:
                 round(time.monotonic() - start, 4),
             )
         )
+        self._spent("verify_inputs_to_host", sent - start)  # the inputs copied for the candidate's process
+        self._spent("verify_candidate_calls", answered - sent)  # sent, run, outputs back
+        self._spent("verify_reference_and_compare", time.monotonic() - answered)
         if comparison and (self.v.max_abs_error is None or comparison.max_abs_error > self.v.max_abs_error):
             self.v.max_abs_error = comparison.max_abs_error
         if reply.get("fatal"):
             raise _Stop()
         return reply.get("outputs") if reply.get("ok") else None
+
+    def _spent(self, part: str, seconds: float) -> None:
+        """Where a verification's time goes, summed over its trials, beside the phases in `Verdict.seconds`."""
+        self.v.seconds[part] = round(self.v.seconds.get(part, 0.0) + seconds, 3)
 
     def _stress(self, ref) -> None:
         """Stress inputs, falling back to milder ones where the reference itself stops being finite."""
