@@ -8,6 +8,8 @@ outputs computed here, after the candidate's, and never sent anywhere; this proc
 candidate's process holds no capabilities (isolation.py). An Evaluator serves one task on one device and keeps a
 clean reference worker alive for its whole life; use it as a context manager (or call close()). Several evaluators
 may share a device (a bench's tasks): what runs on it takes a share, timings take it alone (device/share.py).
+Kept in one module of a little over 400 lines: every step lives elsewhere; what is here is their order and the life
+of the processes they run in (zygote, spares), which only make sense read together.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Timing a verified candidate honestly, in the trusted parent.
+"""Timing a verified candidate honestly, in the trusted parent (one module: every check reads the same measurements).
 
 The candidate is timed inside its own child over input sets drawn here with secret seeds (rotated, L2 flushed,
 CUDA events on the caller's stream queued behind a GPU-side lead, each sample no less than the host's enqueue time,

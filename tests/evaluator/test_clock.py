@@ -40,8 +40,8 @@ class FakeBaselines:
         return Measurement.of(HOST_BOUND)
 
 
-def test_the_confirmation_compares_the_baselines_by_the_same_clock():
-    profiler = Profiler(
+def _profiler() -> Profiler:
+    return Profiler(
         task=None,
         device=DeviceInfo(kind="cuda", name="test", torch_version="test"),
         baselines=FakeBaselines(),
@@ -49,6 +49,10 @@ def test_the_confirmation_compares_the_baselines_by_the_same_clock():
         plan=Plan(),
         margin=0.05,
     )
+
+
+def test_the_confirmation_compares_the_baselines_by_the_same_clock():
+    profiler = _profiler()
     cached = {t: Baseline(Measurement.of(HOST_BOUND)) for t in ("eager", "compile")}
     v = Verdict(correct=True)
     v.set_times(cached["eager"].compared_ms, cached["compile"].compared_ms, 0.030, 0.05)
@@ -63,14 +67,7 @@ def test_the_confirmation_compares_the_baselines_by_the_same_clock():
 def test_a_lower_tier_from_the_confirmation_says_what_it_measured():
     """The confirmation's tier wins when lower, and the note names the medians it compared (a bench report keeps
     the notes: without the figures a tier that changed between runs cannot be explained)."""
-    profiler = Profiler(
-        task=None,
-        device=DeviceInfo(kind="cuda", name="test", torch_version="test"),
-        baselines=FakeBaselines(),
-        tolerance=None,
-        plan=Plan(),
-        margin=0.05,
-    )
+    profiler = _profiler()
     cached = {t: Baseline(Measurement.of(CANDIDATE)) for t in ("eager", "compile")}
     v = Verdict(correct=True)
     v.set_times(0.1, 0.1, 0.030, 0.05)  # as if the first measurement had seen slow baselines: tier 3
