@@ -1,4 +1,5 @@
-"""A task: a KernelBench-style file defining `Model`, `get_inputs()` and `get_init_inputs()`.
+"""A task: a KernelBench-style file defining `Model`, `get_inputs()` and `get_init_inputs()` (one module, a little
+over 400 lines: loading, validating and fingerprinting a task read the same definitions).
 
 The task is the trusted reference. It is loaded only in the trusted process, from text whose hash is recorded,
 and executed in a module of its own (never through sys.path, so no candidate can shadow it). Models run in

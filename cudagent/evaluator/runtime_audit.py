@@ -26,6 +26,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from cudagent.evaluator.op_policy import PASS_THROUGH_OPS, TORCH_NAMESPACES, op_allowed, split_op_name
+from cudagent.trees import tensors
 
 # The profiler's name for a call into a Python dispatch mode (ATen's Python fallback kernel).
 MODE_EVENT = "PythonDispatchMode"
@@ -63,21 +64,10 @@ class OpRecorder(TorchDispatchMode):
 def _below_python(args, kwargs) -> torch._C.DispatchKeySet:
     keys = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
     found = False
-    for t in _flat_tensors((args, kwargs)):
+    for t in tensors((args, kwargs)):
         keys = keys | torch._C._dispatch_keys(t) if found else torch._C._dispatch_keys(t)
         found = True
     return keys & torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.Python)
-
-
-def _flat_tensors(obj):
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, (list, tuple)):
-        for o in obj:
-            yield from _flat_tensors(o)
-    elif isinstance(obj, dict):
-        for o in obj.values():
-            yield from _flat_tensors(o)
 
 
 # ----- one audited call -----------------------------------------------------------------------------------------
