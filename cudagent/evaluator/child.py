@@ -92,6 +92,18 @@ class Harness:
                     }
                 )
 
+    def op_arena(self, msg: dict) -> dict:
+        """Take the shared memory the parent sent with this message: tensors travel through it from now on."""
+        if not self.ch.received_fds:
+            raise ValueError("an arena was announced but no descriptor came with it")
+        fd = self.ch.received_fds.pop()
+        for extra in self.ch.received_fds:
+            os.close(extra)
+        self.ch.received_fds.clear()
+        self._use_device(msg["device"])
+        self.ch.attach(wire.Arena.adopt(fd), str(self.device))
+        return {"size": self.ch.arena.size}
+
     def _use_device(self, name: str) -> None:
         self.device = torch.device(name)
         if self.device.type == "cuda":
@@ -329,7 +341,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.warm_profiler:
         audit.start_profiler_warmup(cuda=args.device == "cuda")
     sock = socket.socket(fileno=args.fd)
-    channel = Channel(sock)
+    channel = Channel(sock, accept_fds=True)
     status = 0
     try:
         Harness(channel).serve()

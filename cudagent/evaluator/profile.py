@@ -42,7 +42,7 @@ from cudagent.evaluator.session import ChildProcess
 from cudagent.evaluator.transforms import InputSpec, ParamStream
 from cudagent.evaluator.verdict import TimeStats, Verdict, reward_tier
 from cudagent.task import Task
-from cudagent.trees import nbytes, to_device
+from cudagent.trees import nbytes
 
 RECHECKS = 3
 # What the tier compares on a GPU: the same quantity, measured the same way, for all three (the module's docstring).
@@ -90,10 +90,13 @@ class Profiler:
         draw = self.task.make_inputs
         sets = draw_input_sets(lambda _: draw(secrets.randbits(62), self.device.kind), self.device.kind)
         self.specs = [InputSpec.of(s) for s in sets]
+        t0 = time.monotonic()
         meas = self._time(child, ref_model, sets, v)
+        t1 = v.seconds["timing_candidate"] = round(time.monotonic() - t0, 3)
         if meas is None or not v.correct:
             return
         kernels = self._kernels(child, meas, ext, v) if self.device.is_cuda else None
+        v.seconds["timing_kernels"] = round(time.monotonic() - t0 - t1, 3)
         eager, compiled = (baselines[t].compared_ms if baselines[t] else None for t in ("eager", "compile"))
         cand = meas.stats.median
         self._roofline(cand, baselines, v)
@@ -107,7 +110,9 @@ class Profiler:
         self.detail["kernels"] = {"candidate": kernels, "compile": _breakdown(baselines["compile"], None)}
         _flag_over_eager(v)
         if v.tier >= 2:
+            t0 = time.monotonic()
             self._confirm(child, baselines, v)
+            v.seconds["timing_confirmation"] = round(time.monotonic() - t0, 3)
         v.timing = self.detail
 
     # ----- the measurement ------------------------------------------------------------------------------------
@@ -118,11 +123,12 @@ class Profiler:
         probe = self.task.run(ref_model, sets[0])  # output sizes only; the pristine sets are never timed as they are
         out_bytes = nbytes(probe)
         del probe
+        child.use_arena(max(nbytes(sets), RECHECKS * out_bytes), self.device.kind)
         reply, elapsed = child.timed_request(
             {
                 "op": "time",
                 "plan": asdict(plan),
-                "inputs": [[to_device(x, "cpu") for x in s] for s in sets],
+                "inputs": sets,
                 "transform": self._transform(seed),
             },
             timeout_s=max(300.0, 10 * plan.max_seconds),

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from cudagent.evaluator.wire import DEFAULT_MAX_FRAME, Channel, ChannelClosed, ChannelTimeout, FrameTooLarge
+from cudagent.evaluator.wire import DEFAULT_MAX_FRAME, Arena, Channel, ChannelClosed, ChannelTimeout, FrameTooLarge
 from cudagent.evaluator.zygote import Zygote, ZygoteGone
 from cudagent.procs import (
     BoundedOutput,
@@ -51,6 +51,8 @@ PASS_THROUGH_ENV = (
     "NVIDIA_VISIBLE_DEVICES",
 )
 DEFAULT_START_TIMEOUT_S = 180.0
+ARENA_MAX_BYTES = 1 << 30  # shared memory per child at most (page-locked where CUDA is up); the rest takes the socket
+ARENA_SLACK = 1 << 20  # alignment padding, and room for an output a little larger than the reference's
 
 
 class ChildFailure(Exception):
@@ -152,15 +154,38 @@ class ChildProcess:
             raise ChildFailure("CRASHED", "the evaluation process did not start properly", self.output.text())
         self.isolation = hello.get("isolation") or {}
 
-    def request(self, msg: dict, timeout_s: float, max_bytes: int = DEFAULT_MAX_FRAME, what: str = "") -> dict:
-        return self.timed_request(msg, timeout_s, max_bytes, what)[0]
+    def use_arena(self, nbytes: int, device: str) -> None:
+        """Let tensors of up to `nbytes` in a message travel through shared memory (wire.Arena) rather than the
+        socket; the child copies them to and from `device`, this process to the device of its own tensors. A larger
+        arena replaces a smaller one; tensors that do not fit still take the socket."""
+        nbytes = min(nbytes + ARENA_SLACK, ARENA_MAX_BYTES)
+        if self.channel.arena is not None and self.channel.arena.size >= nbytes:
+            return
+        arena = Arena.create(nbytes)
+        try:
+            reply = self.request(
+                {"op": "arena", "device": device}, timeout_s=60, what="sharing memory", fds=(arena.fd,)
+            )
+        except BaseException:
+            arena.close()
+            raise
+        if not reply.get("ok", False) or reply.get("size") != arena.size:
+            arena.close()
+            self.kill()
+            raise ChildFailure("CRASHED", f"the evaluation process refused shared memory: {reply.get('error')}")
+        self.channel.attach(arena, device)
+
+    def request(
+        self, msg: dict, timeout_s: float, max_bytes: int = DEFAULT_MAX_FRAME, what: str = "", fds: tuple = ()
+    ) -> dict:
+        return self.timed_request(msg, timeout_s, max_bytes, what, fds)[0]
 
     def timed_request(
-        self, msg: dict, timeout_s: float, max_bytes: int = DEFAULT_MAX_FRAME, what: str = ""
+        self, msg: dict, timeout_s: float, max_bytes: int = DEFAULT_MAX_FRAME, what: str = "", fds: tuple = ()
     ) -> tuple[dict, float]:
         """(reply, seconds from the end of sending to the reply's arrival), by this process's own clock."""
         try:
-            self.channel.send(msg)
+            self.channel.send(msg, fds)
         except OSError:
             raise self._death(what or msg.get("op", "")) from None
         sent = time.monotonic()

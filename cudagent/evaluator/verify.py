@@ -29,7 +29,7 @@ from cudagent.evaluator.transforms import InputSpec, secret_draw
 from cudagent.evaluator.trials import sparse_mutation, stress_inputs
 from cudagent.evaluator.verdict import Trial, Verdict
 from cudagent.task import Task, randomized_state
-from cudagent.trees import all_finite, clone, has_dtype, nbytes_list, tensors, to_device
+from cudagent.trees import all_finite, clone, has_dtype, nbytes, nbytes_list, tensors
 from cudagent.workspace import CandidateFormat, Workspace
 
 REDUCED_PRECISION_REL_L2 = 1e-4  # fp32 arithmetic lands far below; tf32/bf16/fp16 above
@@ -67,23 +67,28 @@ class TrialRunner:
         dev = self.device.kind
         ref = self.task.build_model(secrets.randbits(62), dev)
         # The sizes of the outputs (for poisoning free memory), from a draw that is never sent anywhere.
-        probe = self.task.run(ref, self.task.make_inputs(secrets.randbits(62), dev))
+        probe_inputs = self.task.make_inputs(secrets.randbits(62), dev)
+        probe = self.task.run(ref, probe_inputs)
         self.out_bytes = nbytes_list(probe)
-        del probe
+        # Inputs go to the child and outputs come back through shared memory (one message at a time holds it).
+        self.child.use_arena(max(nbytes(probe_inputs), sum(self.out_bytes)), dev)
+        del probe, probe_inputs
         if not self._load(ws, ref, load_timeout_s):
             return None
         self.v.correct = True
         try:
             stock = [self.task.make_inputs(secrets.randbits(62), dev) for _ in range(stock_trials)]
-            outs = [self._call(f"stock-{i + 1}", x, ref, observe=(i == stock_trials - 1)) for i, x in enumerate(stock)]
+            first = self._call("stock-1", stock[0], ref, observe=stock_trials == 1)
+            for i in range(1, stock_trials):
+                self._call(f"stock-{i + 1}", stock[i], ref, observe=i == stock_trials - 1)
             current = self.task.make_inputs(secrets.randbits(62), dev)
             self._call("mutation", current, ref, reuse=True)
             mutated, changed = sparse_mutation(current, secrets.randbits(62))
             if changed:
                 self._call("sparse-mutation", mutated, ref, reuse=True)
             again = self._call("determinism", [clone(x) for x in stock[0]], ref)
-            if outs[0] is not None and again is not None:
-                same = compare(outs[0], again, self.tol, name="output", check_device=False)
+            if first is not None and again is not None:
+                same = compare(first, again, self.tol, name="output", check_device=False)
                 if not same.ok:
                     self.v.reject(
                         "NONDETERMINISTIC",
@@ -122,12 +127,11 @@ class TrialRunner:
         start = time.monotonic()
         msg = {
             "op": "call",
-            "inputs": [to_device(x, "cpu") for x in inputs],
+            "inputs": inputs,  # copied into the arena (or onto the socket) as they are sent
             "reuse": reuse,
             "observe_kernels": observe,
             "poison_nbytes": self.out_bytes + nbytes_list(inputs),
         }
-        sent = time.monotonic()
         reply = self.child.request(
             msg, timeout_s=self.call_timeout_s, max_bytes=(16 << 20) + 2 * sum(self.out_bytes), what=f"trial {name}"
         )
@@ -152,8 +156,7 @@ class TrialRunner:
                 round(time.monotonic() - start, 4),
             )
         )
-        self._spent("verify_inputs_to_host", sent - start)  # the inputs copied for the candidate's process
-        self._spent("verify_candidate_calls", answered - sent)  # sent, run, outputs back
+        self._spent("verify_candidate_calls", answered - start)  # inputs there, the call, outputs back
         self._spent("verify_reference_and_compare", time.monotonic() - answered)
         if comparison and (self.v.max_abs_error is None or comparison.max_abs_error > self.v.max_abs_error):
             self.v.max_abs_error = comparison.max_abs_error
