@@ -74,6 +74,11 @@ class Workspace:
         """TORCH_EXTENSIONS_DIR for single-file candidates, kept between builds like build/."""
         return self.build_dir / "torch_extensions"
 
+    @property
+    def prebuilt_dir(self) -> Path:
+        """Modules of single-file candidates built by the trusted build (build/inline.py), by their call's key."""
+        return self.inline_build_dir / "prebuilt"
+
     # ----- creation and protection -------------------------------------------------------------------------
 
     @classmethod

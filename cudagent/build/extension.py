@@ -121,6 +121,12 @@ def toolchain_for(device: DeviceInfo) -> Toolchain:
     return Toolchain(True, cxx, nvcc, device.arch, cuda_home, tuple(includes), tuple(libs))
 
 
+@dataclass(frozen=True)
+class Unit:
+    source: Path
+    rule: str  # "cxx" or "nvcc"
+
+
 def build_workspace(ws: Workspace, device: DeviceInfo, timeout_s: float = DEFAULT_BUILD_TIMEOUT_S) -> BuildResult:
     """Build `build/cuda_extension.so` from binding.cpp and kernels/ (CPU mode: the .cpp sources only)."""
     start = time.monotonic()
@@ -128,14 +134,77 @@ def build_workspace(ws: Workspace, device: DeviceInfo, timeout_s: float = DEFAUL
     tc = toolchain_for(device)
     ws.build_dir.mkdir(parents=True, exist_ok=True)
     sources = ws.compiled_sources(cuda=tc.cuda)
-    _write_if_changed(ws.build_dir / "build.ninja", _ninja_file(ws, tc, sources))
+    units = [Unit(src, "nvcc" if src.suffix == ".cu" else "cxx") for src in sources]
+    extra_inc, extra_ld = _cudnn_flags() if (tc.cuda and "cudnn" in _libraries_used(sources)) else ([], [])
+    # `..` is the workspace root seen from build/: kernels may include "binding_registry.h" or "../binding_registry.h".
+    cflags, nvcc_flags, ldflags = torch_flags(tc, EXTENSION_NAME, tc.cuda, ["-I..", *extra_inc])
+    cflags += ["-O3", "-fopenmp"]
+    nvcc_flags += ["-O3", "--use_fast_math", "-lineinfo", "-std=c++20", *NVCC_THREADS]
+    ldflags = ["-shared", "-fopenmp", *ldflags, *extra_ld, *(f"-Wl,-rpath,{shlex.quote(d)}" for d in tc.library_dirs)]
+    result = run_ninja(
+        tc,
+        ws.build_dir,
+        units,
+        (cflags, nvcc_flags, ldflags),
+        f"{EXTENSION_NAME}.so",
+        timeout_s,
+        start,
+        summarize=lambda output: summarize_compiler_output(output, ws),
+        object_name=lambda src: os.path.relpath(src, ws.root),
+    )
+    result.restored = restored
+    result.recompiled = [_relative(s, ws) for s in result.recompiled]
+    if not result.ok and not tc.cuda and re.search(r"cuda_runtime\.h|c10/cuda/|ATen/cuda/|cublas|cudnn\.h", result.log):
+        result.errors = (
+            "these kernels include CUDA headers, but this is a CPU build (--device cpu, or no GPU here): "
+            "check them on a GPU, or give C++ kernels for the CPU\n" + result.errors
+        )
+    return result
+
+
+def torch_flags(
+    tc: Toolchain, name: str, with_cuda: bool, local_includes: list[str]
+) -> tuple[list[str], list[str], list[str]]:
+    """(C++ flags, nvcc flags, linker flags after -shared) as torch.utils.cpp_extension gives a module `name`: the
+    defines, the include folders (`local_includes` first, then torch's and Python's as system folders), position
+    independence and C++20, the device's architecture, and torch's libraries."""
+    import torch
+
+    abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", 1))
+    common = [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
+    common += list(local_includes) + [f"-isystem {shlex.quote(d)}" for d in tc.include_dirs]
+    cflags = common + ["-fPIC", "-std=c++20"]
+    nvcc_flags: list[str] = []
+    ldflags = [f"-L{shlex.quote(d)}" for d in tc.library_dirs] + ["-lc10", "-ltorch_cpu", "-ltorch", "-ltorch_python"]
+    if with_cuda and tc.cuda:
+        nvcc_flags = common + list(TORCH_NVCC_FLAGS) + [f"-gencode=arch=compute_{tc.arch[3:]},code={tc.arch}"]
+        nvcc_flags += ["--compiler-options", "'-fPIC'"]
+        ldflags += ["-lc10_cuda", "-ltorch_cuda", "-lcudart", "-lcublas", "-lcublasLt"]
+    return cflags, nvcc_flags, ldflags
+
+
+def run_ninja(
+    tc: Toolchain,
+    folder: Path,
+    units: list[Unit],
+    flags: tuple[list[str], list[str], list[str]],
+    target: str,
+    timeout_s: float,
+    start: float,
+    summarize=None,
+    object_name=None,
+) -> BuildResult:
+    """Write `folder/build.ninja` (C++ units through the machine's object cache) for `target` from `units` with
+    `flags` (C++, nvcc, linker), and build it; `start` is when the build began (by time.monotonic)."""
+    object_name = object_name or (lambda src: os.path.relpath(src, folder))
+    _write_if_changed(folder / "build.ninja", _ninja_text(tc, folder, units, flags, target, object_name))
     ninja = _ninja_binary()
     # The compile rule runs `python -m cudagent.build.objcache`: this cudagent, wherever it was imported from
     path = os.pathsep.join(p for p in (str(PACKAGE_DIR.parent), os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ", PYTHONPATH=path)
-    jobs = str(max(1, min(len(sources), os.cpu_count() or 1)))
+    jobs = str(max(1, min(len(units), os.cpu_count() or 1)))
     proc = run_bounded(
-        [ninja, "-C", str(ws.build_dir), "-j", jobs],
+        [ninja, "-C", str(folder), "-j", jobs],
         env=env,
         timeout_s=timeout_s,
         limits=Limits(memory_bytes=physical_memory_bytes() // 2),
@@ -143,31 +212,16 @@ def build_workspace(ws: Workspace, device: DeviceInfo, timeout_s: float = DEFAUL
     seconds = time.monotonic() - start
     output = proc.output
     recompiled = re.findall(r"^\[\d+/\d+\] (?:CXX|NVCC) (\S+)", output, flags=re.M)
-    recompiled = [_relative(s, ws) for s in recompiled]
-    library = ws.build_dir / f"{EXTENSION_NAME}.so"
+    library = folder / target
     if proc.timed_out:
-        return BuildResult(
-            False,
-            seconds,
-            None,
-            recompiled,
-            f"the build ran past its {timeout_s:.0f} s limit and was stopped",
-            output,
-            timed_out=True,
-            restored=restored,
-        )
+        why = f"the build ran past its {timeout_s:.0f} s limit and was stopped"
+        return BuildResult(False, seconds, None, recompiled, why, output, timed_out=True)
     if proc.killed_for:
-        why = f"the compiler {proc.limit_message}"
-        return BuildResult(False, seconds, None, recompiled, why, output, restored=restored)
+        return BuildResult(False, seconds, None, recompiled, f"the compiler {proc.limit_message}", output)
     if proc.returncode != 0 or not library.is_file():
-        errors = summarize_compiler_output(output, ws)
-        if not tc.cuda and re.search(r"cuda_runtime\.h|c10/cuda/|ATen/cuda/|cublas|cudnn\.h", output):
-            errors = (
-                "these kernels include CUDA headers, but this is a CPU build (--device cpu, or no GPU here): "
-                "check them on a GPU, or give C++ kernels for the CPU\n" + errors
-            )
-        return BuildResult(False, seconds, None, recompiled, errors, output, restored=restored)
-    return BuildResult(True, seconds, library, recompiled, "", output, restored=restored)
+        errors = summarize(output) if summarize else output[-8000:]
+        return BuildResult(False, seconds, None, recompiled, errors, output)
+    return BuildResult(True, seconds, library, recompiled, "", output)
 
 
 def _ninja_binary() -> str:
@@ -182,23 +236,8 @@ def _ninja_binary() -> str:
         raise EnvironmentProblem("ninja was not found; install it with `pip install ninja`") from exc
 
 
-def _ninja_file(ws: Workspace, tc: Toolchain, sources: list[Path]) -> str:
-    import torch
-
-    abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", 1))
-    defines = [
-        f"-DTORCH_EXTENSION_NAME={EXTENSION_NAME}",
-        "-DTORCH_API_INCLUDE_EXTENSION_H",
-        f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-    ]
-    # `..` is the workspace root seen from build/: kernels may include "binding_registry.h" or "../binding_registry.h".
-    includes = ["-I.."] + [f"-isystem {shlex.quote(d)}" for d in tc.include_dirs]
-    uses = _libraries_used(sources)
-    extra_inc, extra_ld = _cudnn_flags() if (tc.cuda and "cudnn" in uses) else ([], [])
-    cflags = defines + includes + extra_inc + ["-fPIC", "-std=c++20", "-O3", "-fopenmp"]
-    ldflags = ["-shared", "-fopenmp"] + [f"-L{shlex.quote(d)}" for d in tc.library_dirs]
-    ldflags += ["-lc10", "-ltorch_cpu", "-ltorch", "-ltorch_python"]
-    ldflags += [f"-Wl,-rpath,{shlex.quote(d)}" for d in tc.library_dirs]
+def _ninja_text(tc: Toolchain, folder: Path, units: list[Unit], flags: tuple, target: str, object_name) -> str:
+    cflags, nvcc_flags, ldflags = flags
     lines = [
         "ninja_required_version = 1.3",
         f"cxx = {shlex.quote(tc.cxx)}",
@@ -212,11 +251,6 @@ def _ninja_file(ws: Workspace, tc: Toolchain, sources: list[Path]) -> str:
         "  description = CXX $in",
     ]
     if tc.cuda:
-        nvcc_flags = defines + includes + extra_inc + list(TORCH_NVCC_FLAGS)
-        nvcc_flags += [f"-gencode=arch=compute_{tc.arch[3:]},code={tc.arch}"]
-        nvcc_flags += ["--compiler-options", "'-fPIC'", "-O3", "--use_fast_math", "-lineinfo", "-std=c++20"]
-        nvcc_flags += list(NVCC_THREADS)
-        ldflags += ["-lc10_cuda", "-ltorch_cuda", "-lcudart", "-lcublas", "-lcublasLt"] + extra_ld
         lines += [
             f"nvcc = {shlex.quote(tc.nvcc)}",
             f"nvcc_flags = {' '.join(nvcc_flags)}",
@@ -234,14 +268,13 @@ def _ninja_file(ws: Workspace, tc: Toolchain, sources: list[Path]) -> str:
         "  description = LINK $out",
     ]
     objects = []
-    for src in sources:
-        rel = os.path.relpath(src, ws.build_dir)
-        obj = "obj/" + os.path.relpath(src, ws.root).replace(os.sep, "__") + ".o"
-        rule = "nvcc" if src.suffix == ".cu" else "cxx"
-        lines.append(f"build {obj}: {rule} {_ninja_escape(rel)}")
+    for unit in units:
+        rel = os.path.relpath(unit.source, folder)
+        obj = "obj/" + object_name(unit.source).replace(os.sep, "__") + ".o"
+        lines.append(f"build {obj}: {unit.rule} {_ninja_escape(rel)}")
         objects.append(obj)
-    lines.append(f"build {EXTENSION_NAME}.so: link {' '.join(objects)}")
-    lines.append(f"default {EXTENSION_NAME}.so")
+    lines.append(f"build {target}: link {' '.join(objects)}")
+    lines.append(f"default {target}")
     return "\n".join(lines) + "\n"
 
 
@@ -314,7 +347,11 @@ def summarize_compiler_output(output: str, ws: Workspace) -> str:
     Each error keeps the few lines under it (gcc's source excerpt and caret); warnings and notes are dropped
     unless nothing else explains the failure; ninja's echo of compiler command lines is dropped.
     """
-    root_prefixes = [str(ws.root) + os.sep, str(ws.build_dir) + os.sep + ".." + os.sep, ".." + os.sep]
+    return summarize_output(output, [str(ws.root) + os.sep, str(ws.build_dir) + os.sep + ".." + os.sep, ".." + os.sep])
+
+
+def summarize_output(output: str, root_prefixes: list[str]) -> str:
+    """summarize_compiler_output with paths relative to whichever of `root_prefixes` they start with."""
     picked: list[str] = []
     lines = output.splitlines()
     i = 0

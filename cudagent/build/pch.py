@@ -80,8 +80,8 @@ def _split(argv: list[str]) -> tuple[str, list[str], list[str], str] | None:
             skip = 1
         elif arg.startswith("-I"):
             local.append(arg[2:])
-        elif arg != "-MMD":
-            flags.append(arg)
+        elif arg != "-MMD" and not arg.startswith("-DTORCH_EXTENSION_NAME="):
+            flags.append(arg)  # the module's name: no header reads it, and every load_inline module has its own
     return argv[0], flags, local, source
 
 

@@ -185,12 +185,15 @@ class Baselines:
             self._warming = None
 
     def get(self) -> dict[str, Baseline | None]:
-        """{"eager": ..., "compile": ...}; a baseline that cannot be timed is None (see `notes` for why)."""
-        self.wait_warm()
+        """{"eager": ..., "compile": ...}; a baseline that cannot be timed is None (see `notes` for why). Cached ones
+        are read at once, even while their workers are warming; measuring waits for the warming to end."""
         for target in TARGETS:
             if target not in self._memo and (cached := self._cached(target)) is not None:
                 self._memo[target] = cached
         todo = [t for t in TARGETS if t not in self._memo]
+        if not todo:
+            return dict(self._memo)
+        self.wait_warm()
         if todo and self.one_at_a_time():  # each worker prepared, timed and closed before the next starts
             for target in todo:
                 failed = self._prepare([target])
@@ -201,6 +204,10 @@ class Baselines:
         for target in todo:
             self._memo[target] = None if target in failed else self._measure(target)
         return dict(self._memo)
+
+    def all_cached(self) -> bool:
+        """Whether nothing is left to measure: every target's clean time is known or cached on this machine."""
+        return all(self._memo.get(t) is not None or self._cached(t) is not None for t in TARGETS)
 
     def one_at_a_time(self) -> bool:
         """Whether the two workers run one after the other rather than side by side: when the task's inputs are so

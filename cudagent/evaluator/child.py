@@ -19,6 +19,7 @@ import traceback
 
 import torch
 
+import cudagent.build.inline as inline
 import cudagent.evaluator.isolation as isolation
 import cudagent.evaluator.measure as measure
 import cudagent.evaluator.runtime_audit as audit
@@ -125,6 +126,7 @@ class Harness:
         roots = [r for r in (msg.get("build_dir"), msg.get("extensions_dir")) if r]
         if msg.get("build_dir"):
             sys.path.insert(0, msg["build_dir"])
+        served = inline.install(msg["prebuilt_dir"]) if msg.get("prebuilt_dir") else None
         spec = importlib.util.spec_from_file_location("model_new", msg["model_new"])
         module = importlib.util.module_from_spec(spec)
         sys.modules["model_new"] = module
@@ -133,7 +135,7 @@ class Harness:
         except BaseException as exc:  # SystemExit from candidate code too
             return {"ok": False, "stage": "import", "error": f"{type(exc).__name__}: {exc}", "trace": _trace(exc)}
         if msg.get("import_only"):
-            return {"libraries": audit.own_libraries(roots)}
+            return {"libraries": audit.own_libraries(roots), "load_inline": served}
         cls = getattr(module, "ModelNew", None)
         if not isinstance(cls, type):
             return {"ok": False, "stage": "init", "error": "model_new.py defines no class ModelNew"}
@@ -148,7 +150,11 @@ class Harness:
         reply = self.op_load_state(msg)
         if not reply.get("ok", True):
             return reply
-        return {"libraries": audit.own_libraries(roots), "reference_imported": "model" in sys.modules}
+        return {
+            "libraries": audit.own_libraries(roots),
+            "reference_imported": "model" in sys.modules,
+            "load_inline": served,
+        }
 
     def op_load_state(self, msg: dict) -> dict:
         try:

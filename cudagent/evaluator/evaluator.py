@@ -19,9 +19,11 @@ import os
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 
+import cudagent.build.inline as inline
 import cudagent.evaluator.isolation as isolation
 from cudagent.build.extension import (
     DEFAULT_BUILD_TIMEOUT_S,
@@ -40,7 +42,7 @@ from cudagent.evaluator.link_audit import audit_library, baseline_symbols, inspe
 from cudagent.evaluator.measure import Plan
 from cudagent.evaluator.ncu import ncu_summary
 from cudagent.evaluator.nullcheck import null_candidates
-from cudagent.evaluator.peaks import device_peaks
+from cudagent.evaluator.peaks import device_peaks, peaks_cached
 from cudagent.evaluator.profile import Profiler
 from cudagent.evaluator.roofline import task_cost
 from cudagent.evaluator.session import ChildFailure, ChildProcess, child_env
@@ -112,6 +114,7 @@ class Evaluator:
         self._zygote: Zygote | None = None
         self._zygote_home: str | None = None
         self._spares: collections.deque[ChildProcess] = collections.deque()  # oldest first
+        self._starting: _Starting | None = None  # a candidate process started before the task check (_start_early)
 
     def validate(self) -> None:
         """Check the task once (it loads, runs, is deterministic: task.validate_task); a broken one raises TaskError.
@@ -128,6 +131,7 @@ class Evaluator:
 
     def close(self) -> None:
         self.baselines.close()
+        self._adopt_starting()
         while self._spares:
             self._spares.popleft().close()
         self._close_zygote()
@@ -162,9 +166,21 @@ class Evaluator:
         return self._build_inline(ws)
 
     def _build_inline(self, ws: Workspace) -> BuildResult:
-        """A single-file candidate builds itself on import (load_inline); do that once, in a child, with a limit."""
+        """A single-file candidate's load_inline calls, built here from what model_new.py says (build/inline.py);
+        calls whose arguments only running it would tell are built by torch, once, in a child with a limit."""
         start = time.monotonic()
         ws.inline_build_dir.mkdir(parents=True, exist_ok=True)
+        specs, left = inline.extract(ws.model_new_py.read_text(errors="replace"))
+        recompiled: list[str] = []
+        for spec in specs:
+            built = inline.build(spec, ws.prebuilt_dir, self.device, self.options.build_timeout_s)
+            recompiled += [f"{spec.name}/{name}" for name in built.recompiled]
+            if not built.ok:
+                built.seconds = time.monotonic() - start
+                built.errors = f"load_inline(name={spec.name!r}): {built.errors}"
+                return built
+        if specs and not left:
+            return BuildResult(True, time.monotonic() - start, recompiled=recompiled)
         try:
             with ChildProcess(
                 extra_env=self._child_env(ws),
@@ -177,6 +193,7 @@ class Evaluator:
                         "model_new": str(ws.model_new_py),
                         "device": self.device.kind,
                         "extensions_dir": str(ws.inline_build_dir),
+                        "prebuilt_dir": str(ws.prebuilt_dir),
                         "import_only": True,
                     },
                     timeout_s=self.options.build_timeout_s,
@@ -189,7 +206,7 @@ class Evaluator:
         if not reply.get("ok", False):
             err = str(reply.get("error", ""))
             return BuildResult(False, time.monotonic() - start, errors=summarize_compiler_output(err, ws), log=err)
-        return BuildResult(True, time.monotonic() - start)
+        return BuildResult(True, time.monotonic() - start, recompiled=recompiled)
 
     def _child_env(self, ws: Workspace) -> dict[str, str]:
         """A single-file candidate's build (torch's load_inline, in the child) keeps its products in the workspace,
@@ -213,9 +230,12 @@ class Evaluator:
         v = audited(self.task, self.device, ws, self.options.audit_static)
         if v.violations:  # milliseconds: nothing has run, not even the reference
             return self._finish(v, t0)
+        self._start_early(ws, timing)
+        t1 = time.monotonic()
         self.validate()
         self._phase("checking the task with null candidates")
         self._flag_degenerate(v)
+        v.seconds["task_check"] = round(time.monotonic() - t1, 3)  # once per evaluator: then milliseconds
         if timing:  # clean baselines first: no candidate process may exist while they are measured
             self._phase("measuring eager and torch.compile (once per task and machine)")
             t1 = time.monotonic()
@@ -286,8 +306,29 @@ class Evaluator:
         child.spawn()
         return child
 
+    def _start_early(self, ws: Workspace, timing: bool) -> None:
+        """When nothing needs the machine quiet (no baseline and no device peak left to measure), start what the
+        verification and the timing will need before the task is checked: the fork server's `import torch`, the
+        candidate's process (its CUDA context and profiler take seconds) and the cached baselines' workers. They
+        get ready during the task check and the build instead of after them."""
+        if timing and not (self.baselines.all_cached() and peaks_cached(self.device)):
+            return  # the first evaluation on this machine: baselines and peaks are measured with nothing beside them
+        if timing:
+            self.baselines.get()
+            self.baselines.warm_in_background()
+        if self.options.fork_server and self._starting is None and not any(s.alive() for s in self._spares):
+            self._fork_server()
+            env = self._child_env(ws)
+            self._starting = _Starting(lambda: self._new_process(env))
+
+    def _adopt_starting(self) -> None:
+        if self._starting is not None:
+            starting, self._starting = self._starting, None
+            self._spares.append(starting.get())
+
     def _candidate_process(self, ws: Workspace) -> ChildProcess:
         """The oldest spare that is alive and fits this workspace (the readiest), else a new process."""
+        self._adopt_starting()
         env = self._child_env(ws)
         while self._spares:
             spare = self._spares.popleft()
@@ -383,6 +424,28 @@ class Evaluator:
             v.set_times(t["eager"], t["compile"], t["candidate"] if v.correct else None, self.options.margin)
         v.seconds["total"] = round(time.monotonic() - t0, 3)
         return v
+
+
+class _Starting:
+    """A candidate process being started in a thread (starting one waits for the fork server's import)."""
+
+    def __init__(self, start):
+        self._process: ChildProcess | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(start,), name="start-candidate-process", daemon=True)
+        self._thread.start()
+
+    def _run(self, start) -> None:
+        try:
+            self._process = start()
+        except BaseException as exc:  # noqa: BLE001  (raised again where the process is taken)
+            self._error = exc
+
+    def get(self) -> ChildProcess:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._process
 
 
 def audited(task: Task, device: DeviceInfo, ws: Workspace, audit_static: bool = True) -> Verdict:

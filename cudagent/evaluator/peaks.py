@@ -34,10 +34,18 @@ class Peaks:
         return asdict(self)
 
 
+def _cache_path(device: DeviceInfo) -> str:
+    key = hashlib.sha256(f"{device.cache_key()}|{PEAKS_VERSION}".encode()).hexdigest()[:24]
+    return os.path.join(cache_dir(), "peaks", f"{device.kind}-{key}.json")
+
+
+def peaks_cached(device: DeviceInfo) -> bool:
+    return os.path.isfile(_cache_path(device))
+
+
 def device_peaks(device: DeviceInfo) -> Peaks:
     """The cached peaks of this device, measured now if they are not cached yet."""
-    key = hashlib.sha256(f"{device.cache_key()}|{PEAKS_VERSION}".encode()).hexdigest()[:24]
-    path = os.path.join(cache_dir(), "peaks", f"{device.kind}-{key}.json")
+    path = _cache_path(device)
     try:
         with open(path) as f:
             return Peaks(**json.load(f))

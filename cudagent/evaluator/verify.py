@@ -119,6 +119,13 @@ class TrialRunner:
                 code = "NO_MODELNEW"
             self.v.reject(code, f"{text}: {_short(reply.get('error'))}")
             return False
+        compiled = (reply.get("load_inline") or {}).get("compiled") or []
+        if compiled:
+            self.v.notes.append(
+                f"load_inline({', '.join(map(str, compiled))}) was built by torch in the candidate's process: its "
+                "arguments are computed when model_new.py runs, so the trusted build (compiler cache, precompiled "
+                "headers) could not read them; literal sources build faster"
+            )
         for f in judge_tampering(reply, "load"):
             self.v.reject(f.code, f.message)
         return not self.v.violations
@@ -213,6 +220,7 @@ def load_message(task: Task, ws: Workspace, device: DeviceInfo, ref) -> dict:
         msg["build_dir"] = str(ws.build_dir)
     else:
         msg["extensions_dir"] = str(ws.inline_build_dir)
+        msg["prebuilt_dir"] = str(ws.prebuilt_dir)
     return msg
 
 

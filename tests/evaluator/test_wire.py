@@ -1,8 +1,8 @@
 """The parent-child wire format: faithful round trips, and nothing a child sends can make the parent run code."""
 
 import json
-import os
 import math
+import os
 import socket
 import struct
 

@@ -118,3 +118,42 @@ def test_the_next_evaluation_runs_in_the_spare_process(tmp_path):
         assert not older.alive() and newer.alive()  # the older, readier one ran it
         assert list(evaluator._spares)[0] is newer and len(evaluator._spares) == 2
     assert not evaluator._spares and not newer.alive()
+
+
+def _axpby(tmp_path):
+    from cudagent.task import load_task
+    from cudagent.workspace import resolve_candidate, workspace_for
+    from tests.agent.episodes import REPO, write_task
+
+    task = load_task(write_task(tmp_path / "task"))  # axpby on small vectors: these tests time nothing
+    return task, workspace_for(resolve_candidate(REPO / "examples" / "solutions" / "cpu" / "axpby"), task.source)
+
+
+def test_with_nothing_to_measure_alone_the_candidates_process_starts_before_the_task_check(tmp_path, monkeypatch):
+    """The fork server's import and the candidate process's start overlap the task check and the build; the
+    evaluation then runs in that very process."""
+    from cudagent.device.info import resolve_device
+    from cudagent.evaluator import EvalOptions, Evaluator
+
+    task, ws = _axpby(tmp_path)
+    seen = []
+    validate = Evaluator.validate
+    monkeypatch.setattr(Evaluator, "validate", lambda self: (seen.append(self._starting), validate(self)))
+    with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=False)) as evaluator:
+        assert evaluator.evaluate(ws).correct
+        (starting,) = seen
+        assert starting is not None and evaluator._starting is None
+        assert not starting.get().alive()  # it ran the evaluation and was closed with it
+
+
+def test_with_baselines_to_measure_nothing_starts_before_them(tmp_path, monkeypatch):
+    """Clean baselines are measured with no candidate process and no fork server on the machine."""
+    from cudagent.device.info import resolve_device
+    from cudagent.evaluator import EvalOptions, Evaluator
+
+    monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(tmp_path / "empty-cache"))
+    task, ws = _axpby(tmp_path)
+    with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=True)) as evaluator:
+        evaluator._start_early(ws, timing=True)
+        assert evaluator._starting is None and evaluator._zygote is None
+        assert evaluator.baselines._warming is None

@@ -1,0 +1,123 @@
+"""KernelBench's load_inline candidates built by the trusted build: the calls read without running model_new.py, the
+files torch would write, and a prebuilt module used only for the arguments it was built from."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch.utils.cpp_extension as cpp_extension
+
+from cudagent.build.inline import InlineSpec, extract, install, module_path
+
+REPO = Path(__file__).resolve().parent.parent
+CONTROL = REPO / "tests" / "adversarial" / "cases" / "control_inline_cpu" / "model_new.py"
+
+
+def test_calls_with_literal_arguments_are_read_without_running_anything():
+    source = '''
+import torch.utils.cpp_extension as ce
+from torch.utils.cpp_extension import load_inline as li
+HEADER = "#include <cstdint>"
+body = f"""{HEADER}
+int64_t twice(int64_t x) {{ return 2 * x; }}
+"""
+decl = "\\n".join(["int64_t twice(int64_t x);", "// done"])
+a = li(name="first", cpp_sources=[HEADER + "\\n" + body], functions=["twice"], extra_cflags=["-O3"])
+b = ce.load_inline("second", decl, cuda_sources=body, functions={"twice": "doubles"},
+                   extra_cuda_cflags=["--use_fast_math"])
+'''
+    specs, left = extract(source)
+    assert left == 0 and [s.name for s in specs] == ["first", "second"]
+    first, second = specs
+    assert first.cpp_sources == (
+        "#include <cstdint>\n#include <cstdint>\nint64_t twice(int64_t x) { return 2 * x; }\n",
+    )
+    assert first.functions == (("twice", "twice"),) and first.extra_cflags == ("-O3",) and not first.with_cuda
+    assert second.cpp_sources == ("int64_t twice(int64_t x);\n// done",) and second.with_cuda
+    assert second.functions == (("twice", "doubles"),)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        'load_inline(name=make_name(), cpp_sources="x")',  # computed when model_new.py runs
+        'load_inline(name="n", cpp_sources=src)',  # src assigned twice
+        'load_inline(name="n", cpp_sources="x", extra_cflags=["-fplugin=/tmp/evil.so"])',  # runs code in the build
+        'load_inline(name="n", cpp_sources="x", extra_ldflags=["-Wl,--wrap=malloc"])',
+        'load_inline(name="n", cpp_sources="x", extra_cuda_cflags=["-ccbin", "/tmp/cc"])',
+        "load_inline(**options)",
+        'load_inline(name="n", cpp_sources="x", is_python_module=False)',
+    ],
+)
+def test_calls_that_cannot_be_read_or_trusted_are_left_to_torch(call):
+    source = f"from torch.utils.cpp_extension import load_inline\nsrc = 'a'\nsrc = 'b'\n{call}\n"
+    assert extract(source) == ([], 1)
+
+
+def test_the_files_are_those_torch_writes(tmp_path, monkeypatch):
+    """main.cpp and cuda.cu compared with what torch's own load_inline writes (its compile step stubbed out)."""
+    monkeypatch.setattr(cpp_extension, "_jit_compile", lambda *a, **k: None)
+    kwargs = dict(
+        name="probe",
+        cpp_sources=["int f();", "int g();"],
+        cuda_sources="__global__ void k() {}\nint f() { return 1; }",
+        functions={"f": "the f", "g": "g"},
+        build_directory=str(tmp_path),
+    )
+    spec = InlineSpec.of_call((), kwargs)  # first: torch's load_inline extends the caller's lists in place
+    cpp_extension.load_inline(**{**kwargs, "cpp_sources": list(kwargs["cpp_sources"])})
+    assert (tmp_path / "main.cpp").read_text() == spec.main_cpp()
+    assert (tmp_path / "cuda.cu").read_text() == spec.cuda_cu()
+    plain = InlineSpec.of_call((), {**kwargs, "with_pytorch_error_handling": False, "no_implicit_headers": True})
+    cpp_extension.load_inline(
+        **{**kwargs, "cpp_sources": list(kwargs["cpp_sources"])},
+        with_pytorch_error_handling=False,
+        no_implicit_headers=True,
+    )
+    assert (tmp_path / "main.cpp").read_text() == plain.main_cpp() and plain.key() != spec.key()
+
+
+def test_a_prebuilt_module_serves_only_the_arguments_it_was_built_from(tmp_path, monkeypatch):
+    calls = []
+
+    def torch_builds(*a, **k):
+        calls.append((a, k))
+        return "built by torch"
+
+    torch_builds.__wrapped__ = cpp_extension.load_inline  # its signature is torch's
+    monkeypatch.setattr(cpp_extension, "load_inline", torch_builds)
+    built = InlineSpec.of_call((), {"name": "m", "cpp_sources": "int f();", "functions": ["f"]})
+    path = module_path(tmp_path, built)
+    path.parent.mkdir(parents=True)
+    path.write_text("")  # any file: the other sources must never get this far
+    served = install(str(tmp_path))
+    assert cpp_extension.load_inline(name="m", cpp_sources="int f(); // changed", functions=["f"]) == "built by torch"
+    assert cpp_extension.load_inline(name="m", cpp_sources="int f();", functions=["f"], extra_cflags=["-O0"]) == (
+        "built by torch"
+    )
+    assert len(calls) == 2 and served == {"prebuilt": [], "compiled": ["m", "m"]}
+
+
+@pytest.mark.slow
+def test_a_load_inline_candidate_is_built_here_and_its_process_imports_the_module(tmp_path):
+    """No compile in the candidate's process: the verdict's build names main.cpp, the module sits at its key, and
+    the verification notes nothing built by torch."""
+    from cudagent.device.info import resolve_device
+    from cudagent.evaluator import EvalOptions, Evaluator
+    from cudagent.task import load_task
+    from cudagent.workspace import resolve_candidate, workspace_for
+
+    task = load_task(REPO / "tests" / "adversarial" / "tasks" / "vadd.py")
+    folder = tmp_path / "candidate"
+    folder.mkdir()
+    (folder / "model_new.py").write_text(CONTROL.read_text().replace("vadd_inline_cpu", "vadd_inline_prebuilt"))
+    ws = workspace_for(resolve_candidate(folder / "model_new.py"), task.source)
+    with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=False)) as evaluator:
+        v = evaluator.evaluate(ws)
+    assert v.correct, json.dumps(v.to_dict())[:2000]
+    (spec,), left = extract((folder / "model_new.py").read_text())
+    assert left == 0 and module_path(ws.prebuilt_dir, spec).is_file()
+    assert v.build["recompiled"] == ["vadd_inline_prebuilt/main.cpp"]
+    assert not any("built by torch" in n for n in v.notes)
