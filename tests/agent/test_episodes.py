@@ -175,11 +175,13 @@ def test_each_limit_ends_the_run_cleanly(tmp_path, flags, steps, reason, turns):
 
 
 def test_target_speedup_ends_after_a_good_enough_kernel(tmp_path):
+    # The target is far below any honest figure: on a loaded 2-core machine an OpenMP kernel's call took 8 ms against
+    # eager's 16 us once (0.006x); what is tested is that reaching the target ends the episode.
     task = write_task(tmp_path / "t")
     steps = SOLVE[1:4] + [{"tool": "profile", "arguments": {}}] + [{"tool": "bash", "arguments": {"command": "ls"}}]
     with ScriptedServer(from_list(steps)) as server:
         proc = cudagent(
-            ["optimize", str(task), *CPU, "--target-speedup", "0.01"], cli_env(tmp_path / "home", server.url)
+            ["optimize", str(task), *CPU, "--target-speedup", "0.0001"], cli_env(tmp_path / "home", server.url)
         )
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = summary(proc.stdout)
