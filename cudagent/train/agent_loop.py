@@ -35,7 +35,9 @@ class VerlServerBackend:
 
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict):
         started = time.monotonic()
-        out = await self.server_manager.generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params)
+        # verl's vLLM and SGLang servers return log-probabilities only when the request asks for them
+        asked = {**sampling_params, "logprobs": True}
+        out = await self.server_manager.generate(request_id, prompt_ids=prompt_ids, sampling_params=asked)
         self.metrics.generate_sequences += time.monotonic() - started
         if out.log_probs is None:
             raise CudagentError(
@@ -62,7 +64,7 @@ class CudagentAgentLoop(AgentLoopBase):
         )
         metrics = AgentLoopMetrics()
         backend = VerlServerBackend(self.server_manager, metrics)
-        sampling = {k: v for k, v in sampling_params.items() if k != "logprobs"}
+        sampling = {k: v for k, v in sampling_params.items() if k != "logprobs"}  # the backend always asks for them
         started = time.monotonic()
         result = await rollout(
             _plain(kwargs.get("extra_info")), backend, self.tokenizer, settings, self._pool(urls), sampling

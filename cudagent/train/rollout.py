@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudagent.agent.environment import open_episode
-from cudagent.agent.episode import EpisodeLimits, EpisodeResult
+from cudagent.agent.episode import END_REASONS, EpisodeLimits, EpisodeResult
 from cudagent.agent.ledger import Ledger
 from cudagent.agent.recorders import Recorders
 from cudagent.agent.renderer import ChatRenderer
@@ -154,6 +154,8 @@ def _metrics(result: EpisodeResult, tier: int | None, judged: dict, seconds: flo
         "speedup_vs_compile": best.get("speedup_vs_compile") or 0.0,
         "final_evaluation_failed": int(result.final_error is not None),
         "episode_seconds": round(seconds, 2),
-        f"ended_{result.end_reason}": 1,  # numeric, so verl's validation metrics average it (strings it skips)
+        # numeric, so verl's validation metrics average them (strings it skips); every reason in every row, since
+        # verl stacks each key over the batch and a batch mixes episodes that ended differently
+        **{f"ended_{reason}": int(result.end_reason == reason) for reason in END_REASONS},
         **judged,
     }

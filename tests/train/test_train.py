@@ -61,7 +61,12 @@ SOLVE = [
     _action("verify"),
     _action("finish", summary="axpby in one OpenMP pass"),
 ]
-BROKEN = [_action("write_file", path="model_new.py", content="def broken(:\n"), _action("verify"), _action("finish")]
+# never finishes: it ends on a limit, so one batch holds episodes that ended for different reasons
+BROKEN = [
+    _action("write_file", path="model_new.py", content="def broken(:\n"),
+    _action("verify"),
+    _action("bash", command="ls"),
+]
 
 
 class ScriptedTokenServer:
@@ -81,7 +86,9 @@ class ScriptedTokenServer:
         self.turn[request_id] = i + 1
         ids = self.tokenizer(script[min(i, len(script) - 1)], add_special_tokens=False)["input_ids"]
         ids = ids[: int(sampling_params["max_tokens"]) - 1] + [end_of_turn(self.tokenizer)]
-        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids), stop_reason="completed")
+        # as verl's vLLM and SGLang servers: log-probabilities only for a request that asks for them
+        log_probs = [-0.5] * len(ids) if sampling_params.get("logprobs") else None
+        return TokenOutput(token_ids=ids, log_probs=log_probs, stop_reason="completed")
 
 
 def _stage_config(stage: str, overrides: list[str]):
@@ -146,6 +153,8 @@ def test_the_adapter_runs_scored_episodes_inside_verls_agent_loop_worker(tiny_mo
         assert mask[i, length:].sum() == 0
     assert int(info["__num_turns__"][0]) == 2 * 4 and info["end_reason"][0] == "finished"
     assert float(info["tool_validity"][0]) == 1.0 and int(info["ended_finished"][0]) == 1
+    ended = info["end_reason"][1]  # the other episode ended on a limit: the batch still has one set of keys
+    assert ended != "finished" and int(info["ended_finished"][1]) == 0 and int(info[f"ended_{ended}"][1]) == 1
     # one record per episode for `train status` and the stop rule
     records = sorted((json.loads(x) for x in (tmp_path / "rollouts.jsonl").read_text().splitlines()),
                      key=lambda r: r["task"])  # fmt: skip
@@ -153,7 +162,24 @@ def test_the_adapter_runs_scored_episodes_inside_verls_agent_loop_worker(tiny_mo
         ("axpby_small", tiers[0], float(tiers[0])), ("broken_axpby", -1, -1.0)]  # fmt: skip
     assert all(abs(r["min_token_prob"] - math.exp(-0.5)) < 1e-9 for r in records)
     # every request carried the trainer's sampling parameters and a per-turn cap on the reply
-    assert all(p["max_tokens"] <= 4096 and "temperature" in p for _, _, p in server.requests)
+    assert all(p["max_tokens"] <= 4096 and "temperature" in p and p["logprobs"] for _, _, p in server.requests)
+
+
+def test_every_way_an_episode_ends_is_a_known_end_reason():
+    """The per-reason metrics (ended_<reason>, one key per reason in every row) need the whole list."""
+    import inspect
+    import re
+
+    from cudagent.agent import chat_driver, token_driver
+    from cudagent.agent.episode import END_REASONS, Episode
+
+    found = set(re.findall(r'return "(\w+)"', inspect.getsource(Episode.stop_reason)))
+    for driver in (chat_driver, token_driver):
+        source = inspect.getsource(driver)
+        for pattern in (r'reason(?:, error)? = "(\w+)"', r'return "(\w+)"', r'# or "(\w+)"'):
+            found |= set(re.findall(pattern, source))
+    assert found >= {"finished", "max_turns", "context", "policy_error", "interrupted", "terminated"}
+    assert found <= set(END_REASONS), found - set(END_REASONS)
 
 
 def _objects(items: list):
