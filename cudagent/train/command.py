@@ -6,7 +6,8 @@ directory it writes (metrics.jsonl through verl's file logger, command.json).
 
 then the data, the model, the evaluator URLs and the agent-loop registry as overrides, `smoke.yaml`'s values with
 `--smoke`, and the user's `-o key=value` last (they win). With `--ray-address` the same command goes through
-`ray job submit`. Nothing here imports verl.
+`ray job submit`. Before anything launches (and in `--dry-run`), `check_config` composes the stage's config as
+verl will and runs verl's own `validate_config` on it; that is the only place here that imports verl.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ class TrainRequest:
         for o in self.overrides:
             if "=" not in o or o.startswith("="):
                 raise CudagentError(f"-o {o!r} is not key=value (e.g. -o trainer.total_training_steps=10)")
+        if self.gpus < 1:
+            raise CudagentError(f"--gpus {self.gpus}: a stage needs at least one GPU per node")
+        if self.resume_from is not None and not Path(self.resume_from).expanduser().is_dir():
+            raise CudagentError(f"--resume-from {self.resume_from}: no such checkpoint directory")
 
 
 def smoke_overrides() -> list[str]:
@@ -126,10 +131,12 @@ def preflight(req: TrainRequest, environ: dict, *, check_verl: bool = True) -> N
     check_data(req.stage, req.data)
     if not Path(req.model).expanduser().exists():
         raise CudagentError(f"--model {req.model}: no such directory; give a local Hugging Face model directory")
+    if importlib.util.find_spec("verl") is not None:
+        check_config(req)  # in a dry run too: a config verl would refuse at launch is refused here
+    elif check_verl:
+        raise EnvironmentProblem('verl is not installed here; pip install "cudagent[train]" (verl==0.9.1)')
     if req.stage != "rft":
         check_evaluator(req, environ)
-    if check_verl and importlib.util.find_spec("verl") is None:
-        raise EnvironmentProblem('verl is not installed here; pip install "cudagent[train]" (verl==0.9.1)')
 
 
 def check_data(stage: str, data: Path) -> None:
@@ -189,16 +196,56 @@ def check_evaluator(req: TrainRequest, environ: dict) -> None:
 # ----- the run directory --------------------------------------------------------------------------------------------
 
 
+def composed(req: TrainRequest):
+    """The stage's config as verl's entry point composes it (Hydra: the stage file, cudagent's overrides, the
+    user's); a key or value Hydra refuses is one sentence."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+            return compose(config_name=req.stage, overrides=stage_overrides(req) + list(req.overrides))
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise CudagentError(f"the {req.stage} stage's config does not compose: {_first_line(exc)}") from None
+
+
+def check_config(req: TrainRequest) -> None:
+    """Compose the stage's config and run verl's own checks on it (RL stages: `validate_config`, as main_ppo does
+    at launch, with the reference policy and the critic it would use). Needs verl; a refusal is one sentence."""
+    import contextlib
+    import io
+    import warnings
+
+    config = composed(req)
+    if req.stage == "rft":
+        return
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    try:  # verl prints its progress and warns of the tokenizer's padding; stdout is the command's, stderr one sentence
+        with (
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+            warnings.catch_warnings(),
+        ):
+            warnings.simplefilter("ignore")
+            validate_config(config, need_reference_policy(config), need_critic(config))
+    except Exception as exc:  # noqa: BLE001  (verl raises assertions, ValueErrors and Hydra's instantiation errors)
+        raise CudagentError(f"verl refuses the {req.stage} stage's config: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and not ln.startswith("full_key")]
+    text = " ".join(lines[:2]) if lines else type(exc).__name__
+    return text[:600]
+
+
 def episodes_per_step(req: TrainRequest) -> int | None:
     """The composed config's batch times samples per prompt (RL stages; None without Hydra or for rft)."""
-    if req.stage == "rft":
+    if req.stage == "rft" or importlib.util.find_spec("hydra") is None:
         return None
-    try:
-        from hydra import compose, initialize_config_dir
-    except ImportError:
-        return None
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        cfg = compose(config_name=req.stage, overrides=stage_overrides(req) + list(req.overrides))
+    cfg = composed(req)
     return int(cfg.data.train_batch_size) * int(cfg.actor_rollout_ref.rollout.n)
 
 

@@ -213,10 +213,12 @@ def test_each_stage_config_composes_and_its_dry_run_is_the_readme_command(stage,
     else:
         pq.write_table(pa.Table.from_pylist([{"prompt": "p", "agent_name": "cudagent_agent",
                                               "extra_info": {"task_id": "t"}}]), data)  # fmt: skip
-    from cudagent.train.command import TrainRequest, command, stage_overrides
+    from cudagent.train.command import TrainRequest, check_config, command, stage_overrides
 
     req = TrainRequest(stage, data, str(tiny_model), tmp_path / "run", ["http://127.0.0.1:9"], ["trainer.save_freq=5"],
                        smoke=True)  # fmt: skip
+    for smoke in (True, False):  # verl's own validate_config, as main_ppo runs it at launch: smoke and full scale
+        check_config(TrainRequest(stage, data, str(tiny_model), tmp_path / "run", ["http://127.0.0.1:9"], smoke=smoke))
     config = _stage_config(stage, stage_overrides(req) + req.overrides)
     assert config.trainer.save_freq == 5  # the user's override wins
     if stage == "rft":
@@ -251,7 +253,7 @@ def test_each_stage_config_composes_and_its_dry_run_is_the_readme_command(stage,
         argv += ["--evaluator", "http://127.0.0.1:9"]
     env = {**os.environ, "CUDAGENT_EVALUATOR_TOKEN": "some-token", "CUDAGENT_HOME": str(tmp_path / "home")}
     proc = subprocess.run(argv, capture_output=True, text=True, env=env)
-    if stage != "rft":  # nothing listens there: the evaluator check refuses at once, exit 3
+    if stage != "rft":  # the config passed verl's checks; nothing listens there: the evaluator check refuses, exit 3
         assert proc.returncode == 3 and "nothing answers at" in proc.stderr, proc.stderr
         return
     assert proc.returncode == 0, proc.stderr
@@ -367,6 +369,10 @@ def test_the_rft_filter_and_dataset_follow_verls_multi_turn_sft_dataset(tiny_mod
         (["--stage", "agentic", "--data", "GOOD", "--evaluator", "http://127.0.0.1:9"], 3, "nothing answers at"),
         (["--stage", "rft", "--data", "GOOD"], 2, "no episodes with prompt_ids"),
         (["--stage", "agentic", "--data", "GOOD", "-o", "noequals"], 2, "is not key=value"),
+        (["--stage", "agentic", "--data", "GOOD", "-o", "trainer.nonexistent_key=1"], 2, "config does not compose"),
+        (["--stage", "critic", "--data", "GOOD", "-o", "data.train_batch_size=3"], 2, "verl refuses the critic"),
+        (["--stage", "agentic", "--data", "GOOD", "--gpus", "0"], 2, "at least one GPU"),
+        (["--stage", "agentic", "--data", "GOOD", "--resume-from", "NOPE"], 2, "no such checkpoint directory"),
     ],
 )
 def test_bad_input_is_one_sentence_and_an_exit_code(args, code, message, tiny_model, tmp_path):
