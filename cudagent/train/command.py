@@ -84,11 +84,32 @@ def stage_overrides(req: TrainRequest) -> list[str]:
             f"trainer.n_gpus_per_node={req.gpus}",
         ]
         if req.resume_from is not None:
-            extra += ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={Path(req.resume_from).resolve()}"]
+            extra += ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={checkpoint_step(req.resume_from)}"]
     if req.smoke:
         rft_keys = ("trainer.total_training_steps", "trainer.save_freq", "data.train_batch_size")  # the SFT config's
         extra += [o for o in smoke_overrides() if req.stage != "rft" or o.startswith(rft_keys)]
     return extra
+
+
+def checkpoint_step(path: Path) -> Path:
+    """The `global_step_N` folder verl resumes from (it refuses any other name): `path` itself, or the one its
+    tracker file (`latest_checkpointed_iteration.txt`, which verl writes beside its checkpoints) names, or the
+    highest-numbered one inside it."""
+    path = Path(path).expanduser().resolve()
+    if path.name.startswith("global_step_"):
+        return path
+    tracker = path / "latest_checkpointed_iteration.txt"
+    if tracker.is_file():
+        named = path / f"global_step_{tracker.read_text().strip()}"
+        if named.is_dir():
+            return named
+    steps = [p for p in path.glob("global_step_*") if p.is_dir() and p.name.removeprefix("global_step_").isdigit()]
+    if not steps:
+        raise CudagentError(
+            f"--resume-from {path}: no global_step_N checkpoint in it; give a stage's checkpoints folder "
+            "(for the agentic stage: the critic stage's, e.g. train-runs/critic/checkpoints)"
+        )
+    return max(steps, key=lambda p: int(p.name.removeprefix("global_step_")))
 
 
 def command(req: TrainRequest) -> list[str]:

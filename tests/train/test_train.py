@@ -165,6 +165,58 @@ def test_the_adapter_runs_scored_episodes_inside_verls_agent_loop_worker(tiny_mo
     assert all(p["max_tokens"] <= 4096 and "temperature" in p and p["logprobs"] for _, _, p in server.requests)
 
 
+def verl_steps(tasks: int, batch: int, epochs: int, total_steps: int, critic_warmup: int, start: int = 0):
+    """The steps verl 0.9.1's trainer runs and those that update the actor, by its loop's own conditions
+    (verl/trainer/ppo/v1/trainer_base.py: steps_per_epoch 765, the while 467, the epoch after each step 522, the
+    actor's update 608, a resume's step 876)."""
+    steps_per_epoch = tasks // batch
+    global_steps, ran = start, []
+    current_epoch = global_steps // steps_per_epoch
+    global_steps += 1
+    while current_epoch < epochs and global_steps <= total_steps:
+        ran.append(global_steps)
+        global_steps += 1
+        current_epoch = (global_steps - 1) // steps_per_epoch
+    return ran, [s for s in ran if critic_warmup <= s]
+
+
+def test_the_stages_run_their_steps_and_the_critic_stage_never_moves_the_actor():
+    """The README's sizes (6,000 tasks; batch 1,024 for the RL stages): each stage runs every step it is set to,
+    from scratch and after a resume; the critic stage updates the actor at none of them."""
+    from cudagent.train.command import smoke_overrides
+
+    for stage in ("warmup", "critic", "agentic"):
+        for smoke in (False, True):
+            base = ["data.train_files=x", "actor_rollout_ref.model.path=m"]
+            config = _stage_config(stage, base + (smoke_overrides() if smoke else []))
+            t = config.trainer
+            batch = int(config.data.train_batch_size)
+            # verl's total (trainer_base.py:768-770): the stage's steps, else its epochs over the data
+            total = int(t.total_training_steps or (6000 // batch) * int(t.total_epochs))
+            ran, actor = verl_steps(6000, batch, int(t.total_epochs), total, int(t.critic_warmup))
+            assert ran == list(range(1, total + 1)), (stage, smoke, len(ran), total)
+            assert actor == ([] if stage == "critic" else ran), (stage, smoke)
+    # the agentic stage resumed from the critic stage's last checkpoint (step 50) runs on to its own last step
+    config = _stage_config("agentic", ["data.train_files=x", "actor_rollout_ref.model.path=m"])
+    ran, actor = verl_steps(6000, 1024, int(config.trainer.total_epochs), 200, 0, start=50)
+    assert ran == list(range(51, 201)) and actor == ran
+
+
+def test_resume_from_a_checkpoints_folder_names_its_latest_step(tmp_path):
+    from cudagent.errors import CudagentError
+    from cudagent.train.command import checkpoint_step
+
+    folder = tmp_path / "critic" / "checkpoints"
+    for step in (10, 40, 50):
+        (folder / f"global_step_{step}").mkdir(parents=True)
+    assert checkpoint_step(folder) == folder / "global_step_50"  # no tracker: the highest step
+    (folder / "latest_checkpointed_iteration.txt").write_text("40")
+    assert checkpoint_step(folder) == folder / "global_step_40"  # verl's own tracker wins
+    assert checkpoint_step(folder / "global_step_10") == folder / "global_step_10"
+    with pytest.raises(CudagentError, match="no global_step_N checkpoint"):
+        checkpoint_step(tmp_path)
+
+
 def test_every_way_an_episode_ends_is_a_known_end_reason():
     """The per-reason metrics (ended_<reason>, one key per reason in every row) need the whole list."""
     import inspect
@@ -230,7 +282,7 @@ def test_each_stage_config_composes_and_its_dry_run_is_the_readme_command(stage,
         assert config.actor_rollout_ref.rollout.calculate_log_probs is True
         assert list(config.cudagent.evaluator_urls) == ["http://127.0.0.1:9"]
         assert config.cudagent.single_turn is (stage == "warmup")
-        assert config.trainer.critic_warmup == (0 if stage != "critic" else 0)  # smoke sets 0; critic's own is 50
+        assert config.trainer.critic_warmup == (0 if stage != "critic" else 1000000)  # smoke keeps the stage's
     argv = [
         sys.executable,
         "-m",
