@@ -364,6 +364,36 @@ def test_gae_keeps_the_reward_on_the_last_model_token_of_a_multi_turn_mask():
     assert returns[0][mask[0].bool()].abs().sum() == 0
 
 
+def test_an_rft_episode_longer_than_verls_default_cap_goes_through_its_micro_batching(tiny_model, tmp_path):
+    """An episode of 9,000 tokens (over verl's default 8,192 a micro-batch), through the stage's composed config,
+    the dataset, verl's SFT collator and verl's dynamic micro-batching, as its SFT trainer runs them."""
+    from omegaconf import OmegaConf
+    from verl.utils import tensordict_utils as tu
+    from verl.utils.dataset.dataset_utils import SFTTensorCollator
+    from verl.utils.seqlen_balancing import rearrange_micro_batches
+
+    from cudagent.agent.backends import load_tokenizer
+    from cudagent.agent.ledger import Ledger
+    from cudagent.train.rft import LedgerSFTDataset, write_episodes
+
+    tok = load_tokenizer(str(tiny_model))
+    lengths = []
+    episodes = []
+    for n_prompt, n_reply in ((8_500, 500), (300, 200)):
+        ledger = Ledger([11] * n_prompt)
+        ledger.add_model([12] * n_reply, [-0.1] * n_reply)
+        episodes.append({"run_id": f"e{n_prompt}", "tier": 3, "tool_validity": 1.0, **ledger.to_dict()})
+        lengths.append(n_prompt + n_reply)
+    assert write_episodes(episodes, tmp_path / "kept.jsonl") == 2
+    config = _stage_config("rft", [f"data.train_files={tmp_path / 'kept.jsonl'}", f"model.path={tiny_model}"])
+    assert config.data.use_dynamic_bsz  # the cap below is what verl packs micro-batches to
+    dataset = LedgerSFTDataset(str(tmp_path / "kept.jsonl"), tok, OmegaConf.to_container(config.data, resolve=True))
+    batch = tu.get_tensordict(SFTTensorCollator(config.data.pad_mode)([dataset[0], dataset[1]]))  # a dict of nested
+    micro, _ = rearrange_micro_batches(batch, max_token_len=int(config.data.max_token_len_per_gpu))
+    packed = [int(n) for m in micro for n in m["input_ids"].offsets().diff()]
+    assert sorted(packed) == sorted(lengths)  # every episode whole, the long one included
+
+
 def test_the_rft_filter_and_dataset_follow_verls_multi_turn_sft_dataset(tiny_model, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
