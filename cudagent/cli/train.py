@@ -78,10 +78,14 @@ def train(
     if ray_address:  # the job runs on the cluster; `cudagent train status` reads what it writes
         raise typer.Exit(subprocess.call(argv, env=environment(req, dict(os.environ))))
     from cudagent.train.monitor import StopRule
-    from cudagent.train.supervise import supervise
+    from cudagent.train.supervise import Terminated, supervise
 
     typer.echo(f"cudagent: stage {stage} running; cudagent train status {req.out} shows its progress", err=True)
-    code, why = supervise(argv, environment(req, dict(os.environ)), req.out, StopRule())
+    try:
+        code, why = supervise(argv, environment(req, dict(os.environ)), req.out, StopRule())
+    except Terminated:
+        typer.echo(f"cudagent: terminated; the stage was stopped, checkpoints in {req.out / 'checkpoints'}", err=True)
+        raise typer.Exit(128 + 15) from None
     if why:
         where = req.out / "checkpoints"
         typer.echo(f"cudagent: stopped by the BF16 stop rule ({why}); checkpoints in {where}", err=True)

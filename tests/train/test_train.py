@@ -533,6 +533,44 @@ def test_a_blowup_stops_the_stage_group_and_status_reads_the_run(tmp_path):
     assert empty.returncode == 2 and "is not a cudagent train run" in empty.stderr
 
 
+def test_sigterm_to_the_supervisor_stops_the_stage_group(tmp_path):
+    """A scheduler's SIGTERM to `cudagent train` ends the stage it started, its own children included, and then
+    the supervisor itself."""
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    run.mkdir()
+    script = """
+import os, sys
+from pathlib import Path
+from cudagent.train.monitor import StopRule
+from cudagent.train.supervise import supervise
+try:
+    supervise([sys.executable, "-c", sys.argv[1], sys.argv[2]], dict(os.environ), Path(sys.argv[2]), StopRule(), 0.1)
+except Exception as exc:  # the supervisor's way of saying it was terminated
+    sys.exit(143 if type(exc).__name__ == "Terminated" else 1)
+"""
+    stand_in = """
+import os, subprocess, sys, time
+child = subprocess.Popen(["sleep", "300"])
+open(os.path.join(sys.argv[1], "child.pid"), "w").write(str(child.pid))
+time.sleep(300)
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    supervisor = subprocess.Popen([sys.executable, "-c", script, stand_in, str(run)], env=env)
+    deadline = time.monotonic() + 60
+    while not (run / "child.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int((run / "child.pid").read_text())
+    supervisor.send_signal(signal.SIGTERM)
+    assert supervisor.wait(timeout=60) == 143
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists() and Path(f"/proc/{child}/stat").read_text().split()[2] != "Z":
+        assert time.monotonic() < deadline, "the stage's child outlived the supervisor"
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("module", ["cudagent.train.reward", "cudagent.train.monitor", "cudagent.train.rft",
                                     "cudagent.data.compose", "cudagent.agent.ledger"])  # fmt: skip
 def test_doctests(module):
