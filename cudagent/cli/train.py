@@ -55,6 +55,7 @@ def train(
         preflight,
         printable,
         write_run_record,
+        write_runtime_env,
     )
 
     req = TrainRequest(
@@ -76,6 +77,7 @@ def train(
         return
     write_run_record(req, argv)
     if ray_address:  # the job runs on the cluster; `cudagent train status` reads what it writes
+        write_runtime_env(req, dict(os.environ))
         raise typer.Exit(subprocess.call(argv, env=environment(req, dict(os.environ))))
     from cudagent.train.monitor import StopRule
     from cudagent.train.supervise import Terminated, supervise

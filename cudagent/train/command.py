@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -120,11 +121,30 @@ def command(req: TrainRequest) -> list[str]:
     else:
         argv = [sys.executable if not req.ray_address else "python", "-m", "verl.trainer.main_ppo", *config]
     argv += stage_overrides(req) + list(req.overrides)
-    if req.ray_address:
-        runtime = {"env_vars": run_files(req)}  # the token: CUDAGENT_EVALUATOR_TOKEN in the workers' environment
-        argv = ["ray", "job", "submit", "--address", req.ray_address, "--runtime-env-json", json.dumps(runtime),
+    if req.ray_address:  # the job's environment, token included, from a file only the user can read (runtime_env)
+        argv = ["ray", "job", "submit", "--address", req.ray_address, "--runtime-env", str(runtime_env_path(req)),
                 "--", *argv]  # fmt: skip
     return argv
+
+
+def runtime_env_path(req: TrainRequest) -> Path:
+    return (req.out / "runtime-env.yaml").resolve()
+
+
+def write_runtime_env(req: TrainRequest, environ: dict) -> Path:
+    """The Ray job's runtime_env: where the run writes, and the evaluator's token (CUDAGENT_EVALUATOR_TOKEN) that the
+    agent loops on the cluster's workers need. A file of mode 0600, so that the token appears in no command line,
+    no printed command and no command.json."""
+    import yaml
+
+    env_vars = {**run_files(req), **{k: environ[k] for k in SECRET_ENV if environ.get(k)}}
+    path = runtime_env_path(req)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        yaml.safe_dump({"env_vars": env_vars}, f)
+    os.chmod(path, 0o600)
+    return path
 
 
 def run_files(req: TrainRequest) -> dict:

@@ -533,6 +533,25 @@ def test_a_blowup_stops_the_stage_group_and_status_reads_the_run(tmp_path):
     assert empty.returncode == 2 and "is not a cudagent train run" in empty.stderr
 
 
+def test_a_ray_job_carries_the_evaluator_token_in_a_file_only_the_user_reads(tiny_model, tmp_path):
+    import stat
+
+    import yaml
+
+    from cudagent.train.command import TrainRequest, command, write_runtime_env
+
+    req = TrainRequest("agentic", tmp_path / "d.parquet", str(tiny_model), tmp_path / "run", ["http://h:1"],
+                       ray_address="http://head:8265")  # fmt: skip
+    argv = command(req)
+    assert argv[:5] == ["ray", "job", "submit", "--address", "http://head:8265"]
+    path = write_runtime_env(req, {"CUDAGENT_EVALUATOR_TOKEN": "s3cret", "HOME": "/root"})
+    assert argv[argv.index("--runtime-env") + 1] == str(path) and "s3cret" not in " ".join(argv)
+    env_vars = yaml.safe_load(path.read_text())["env_vars"]
+    assert env_vars["CUDAGENT_EVALUATOR_TOKEN"] == "s3cret" and "HOME" not in env_vars
+    assert env_vars["CUDAGENT_TRAIN_ROLLOUTS"].endswith("rollouts.jsonl")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
 def test_sigterm_to_the_supervisor_stops_the_stage_group(tmp_path):
     """A scheduler's SIGTERM to `cudagent train` ends the stage it started, its own children included, and then
     the supervisor itself."""
