@@ -8,7 +8,7 @@ outputs computed here, after the candidate's, and never sent anywhere; this proc
 candidate's process holds no capabilities (isolation.py). An Evaluator serves one task on one device and keeps a
 clean reference worker alive for its whole life; use it as a context manager (or call close()). Several evaluators
 may share a device (a bench's tasks): what runs on it takes a share, timings take it alone (device/share.py).
-Kept in one module of a little over 400 lines: every step lives elsewhere; what is here is their order and the life
+Kept in one module of a little under 500 lines: every step lives elsewhere; what is here is their order and the life
 of the processes they run in (zygote, spares), which only make sense read together.
 """
 
@@ -19,7 +19,6 @@ import os
 import secrets
 import shutil
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -45,7 +44,7 @@ from cudagent.evaluator.nullcheck import null_candidates
 from cudagent.evaluator.peaks import device_peaks, peaks_cached
 from cudagent.evaluator.profile import Profiler
 from cudagent.evaluator.roofline import task_cost
-from cudagent.evaluator.session import ChildFailure, ChildProcess, child_env
+from cudagent.evaluator.session import ChildFailure, ChildProcess, StartingProcess, child_env
 from cudagent.evaluator.static_audit import audit_model_new
 from cudagent.evaluator.verdict import TIER_MARGIN, Verdict
 from cudagent.evaluator.verify import TrialRunner, load_message
@@ -114,7 +113,7 @@ class Evaluator:
         self._zygote: Zygote | None = None
         self._zygote_home: str | None = None
         self._spares: collections.deque[ChildProcess] = collections.deque()  # oldest first
-        self._starting: _Starting | None = None  # a candidate process started before the task check (_start_early)
+        self._starting: StartingProcess | None = None  # started before the task check (_start_early)
 
     def validate(self) -> None:
         """Check the task once (it loads, runs, is deterministic: task.validate_task); a broken one raises TaskError.
@@ -319,7 +318,7 @@ class Evaluator:
         if self.options.fork_server and self._starting is None and not any(s.alive() for s in self._spares):
             self._fork_server()
             env = self._child_env(ws)
-            self._starting = _Starting(lambda: self._new_process(env))
+            self._starting = StartingProcess(lambda: self._new_process(env))
 
     def _adopt_starting(self) -> None:
         if self._starting is not None:
@@ -424,28 +423,6 @@ class Evaluator:
             v.set_times(t["eager"], t["compile"], t["candidate"] if v.correct else None, self.options.margin)
         v.seconds["total"] = round(time.monotonic() - t0, 3)
         return v
-
-
-class _Starting:
-    """A candidate process being started in a thread (starting one waits for the fork server's import)."""
-
-    def __init__(self, start):
-        self._process: ChildProcess | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(start,), name="start-candidate-process", daemon=True)
-        self._thread.start()
-
-    def _run(self, start) -> None:
-        try:
-            self._process = start()
-        except BaseException as exc:  # noqa: BLE001  (raised again where the process is taken)
-            self._error = exc
-
-    def get(self) -> ChildProcess:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._process
 
 
 def audited(task: Task, device: DeviceInfo, ws: Workspace, audit_static: bool = True) -> Verdict:

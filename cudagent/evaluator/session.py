@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from cudagent.evaluator.wire import DEFAULT_MAX_FRAME, Arena, Channel, ChannelClosed, ChannelTimeout, FrameTooLarge
@@ -291,3 +292,25 @@ class ChildProcess:
 
     def output_tail(self, limit: int = 4000) -> str:
         return self.output.text()[-limit:]
+
+
+class StartingProcess:
+    """A candidate process being started in a thread (starting one waits for the fork server's import)."""
+
+    def __init__(self, start):
+        self._process: ChildProcess | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(start,), name="start-candidate-process", daemon=True)
+        self._thread.start()
+
+    def _run(self, start) -> None:
+        try:
+            self._process = start()
+        except BaseException as exc:  # noqa: BLE001  (raised again where the process is taken)
+            self._error = exc
+
+    def get(self) -> ChildProcess:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._process
