@@ -123,8 +123,9 @@ class TrialRunner:
         if compiled:
             self.v.notes.append(
                 f"load_inline({', '.join(map(str, compiled))}) was built by torch in the candidate's process: its "
-                "arguments are computed when model_new.py runs, so the trusted build (compiler cache, precompiled "
-                "headers) could not read them; literal sources build faster"
+                "arguments are computed when model_new.py runs, or pass a compiler flag the trusted build does not "
+                "run, so the trusted build (compiler cache, precompiled headers) left it; literal sources and the "
+                "usual flags build faster"
             )
         for f in judge_tampering(reply, "load"):
             self.v.reject(f.code, f.message)
