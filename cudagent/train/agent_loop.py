@@ -8,7 +8,7 @@ stage config's `cudagent.evaluator_urls` (token: CUDAGENT_EVALUATOR_TOKEN), and 
 with `reward_score` set, so verl's reward manager is skipped and puts the tier on the last response token (the
 model's: the ledger is trimmed).
 
-This is the only module of cudagent that imports verl.
+This and verl_config.py (verl's own config check) are the only modules of cudagent that import verl.
 """
 
 from __future__ import annotations

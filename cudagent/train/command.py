@@ -7,7 +7,7 @@ directory it writes (metrics.jsonl through verl's file logger, command.json).
 then the data, the model, the evaluator URLs and the agent-loop registry as overrides, `smoke.yaml`'s values with
 `--smoke`, and the user's `-o key=value` last (they win). With `--ray-address` the same command goes through
 `ray job submit`. Before anything launches (and in `--dry-run`), `check_config` composes the stage's config as
-verl will and runs verl's own `validate_config` on it; that is the only place here that imports verl.
+verl will and runs verl's own `validate_config` on it (verl_config.py: nothing here imports verl).
 """
 
 from __future__ import annotations
@@ -254,24 +254,13 @@ def composed(req: TrainRequest):
 def check_config(req: TrainRequest) -> None:
     """Compose the stage's config and run verl's own checks on it (RL stages: `validate_config`, as main_ppo does
     at launch, with the reference policy and the critic it would use). Needs verl; a refusal is one sentence."""
-    import contextlib
-    import io
-    import warnings
-
     config = composed(req)
     if req.stage == "rft":
         return
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import validate_config
+    from cudagent.train.verl_config import validate
 
-    try:  # verl prints its progress and warns of the tokenizer's padding; stdout is the command's, stderr one sentence
-        with (
-            contextlib.redirect_stdout(io.StringIO()),
-            contextlib.redirect_stderr(io.StringIO()),
-            warnings.catch_warnings(),
-        ):
-            warnings.simplefilter("ignore")
-            validate_config(config, need_reference_policy(config), need_critic(config))
+    try:
+        validate(config)
     except Exception as exc:  # noqa: BLE001  (verl raises assertions, ValueErrors and Hydra's instantiation errors)
         raise CudagentError(f"verl refuses the {req.stage} stage's config: {_first_line(exc)}") from None
 
