@@ -33,11 +33,11 @@ DEFAULT_TASKS = "1,7,8,12,40,50,54,62,73,81,88,95"
 DEFAULT_CANDIDATES = "add,fuse_gelu,tiled_matmul"
 
 
-def kb_times(source: str, model_new_source: str | None, prebuilt: Path | None) -> dict:
+def kb_times(timing, source: str, model_new_source: str | None, prebuilt: Path | None) -> dict:
     """KernelBench's cuda-event timing of eager, compiled and (if given) the candidate, in this process."""
     import torch
 
-    time_execution_with_cuda_event = _kernelbench_timing().time_execution_with_cuda_event
+    time_execution_with_cuda_event = timing.time_execution_with_cuda_event
     device = torch.device("cuda:0")
     Model, get_init_inputs, get_inputs = _load(source)
     set_seed(42)
@@ -66,15 +66,12 @@ def kb_times(source: str, model_new_source: str | None, prebuilt: Path | None) -
     return out
 
 
-_KB_SRC: Path | None = None
-
-
-def _kernelbench_timing():
+def _kernelbench_timing(src: Path):
     """KernelBench's `src/kernelbench/timing.py`, loaded as a file: the package's __init__ imports its LLM clients
     (litellm, openai, dotenv), which a GPU host without network access does not have; timing.py needs only numpy."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("kernelbench_timing", _KB_SRC / "kernelbench" / "timing.py")
+    spec = importlib.util.spec_from_file_location("kernelbench_timing", src / "kernelbench" / "timing.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -170,8 +167,7 @@ def main() -> None:
     parser.add_argument("--candidates", default=DEFAULT_CANDIDATES, help="few-shot solutions, comma-separated")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "kernelbench_timing.json")
     args = parser.parse_args()
-    global _KB_SRC
-    _KB_SRC = args.kernelbench / "src"
+    timing = _kernelbench_timing(args.kernelbench / "src")
     from benchmarks.eval_cycle import machine_state
     from cudagent.task import load_task
 
@@ -190,7 +186,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as scratch:
             ours, prebuilt = ours_candidate(task, model_new, Path(scratch) / "ws")
             result["verdicts"][name] = ours.pop("verdict")
-            kb = kb_times(reference.read_text(), model_new.read_text(), prebuilt)
+            kb = kb_times(timing, reference.read_text(), model_new.read_text(), prebuilt)
         rows = rows_of(f"few_shot/{name}", ours, kb)
         result["rows"] += rows
         save()
@@ -202,7 +198,7 @@ def main() -> None:
         t0 = time.monotonic()
         task = load_task(path)
         ours = ours_baselines(task)
-        kb = kb_times(path.read_text(), None, None)
+        kb = kb_times(timing, path.read_text(), None, None)
         rows = rows_of(path.stem, ours, kb)
         result["rows"] += rows
         save()

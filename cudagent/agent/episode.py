@@ -33,20 +33,8 @@ from cudagent.evaluator.verdict import Verdict
 # Every reason an episode ends for: its limits (stop_reason), then the drivers' own (the context is full, the model
 # server failed, a signal). Metrics that count them per reason need the whole list: a batch must carry the same
 # keys in every row.
-END_REASONS = (
-    "finished",
-    "max_turns",
-    "wall_time",
-    "tokens",
-    "format_errors",
-    "patience",
-    "target_reached",
-    "stuck",
-    "context",
-    "policy_error",
-    "interrupted",
-    "terminated",
-)
+END_REASONS = ("finished", "max_turns", "wall_time", "tokens", "format_errors", "patience", "target_reached", "stuck")
+END_REASONS += ("context", "policy_error", "interrupted", "terminated")
 
 MAX_CALLS_PER_TURN = 8
 
