@@ -107,7 +107,7 @@ class InlineSpec:
         return spec if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", spec.name) else None
 
     def key(self) -> str:
-        """What the built module is filed under: the call's arguments, torch's version and the arena of flags."""
+        """What the built module is filed under: the call's arguments (its flags among them) and torch's version."""
         import torch
 
         text = json.dumps([asdict(self), torch.__version__], sort_keys=True)
