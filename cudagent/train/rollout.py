@@ -4,10 +4,10 @@ trainer consumes: the ledger, the reward and the metrics.
 
     rollout(row's extra_info, backend, tokenizer, settings, pool) -> Rollout(ledger, reward, tier, metrics)
 
-Stages: `agentic` (and RFT collection) run the whole episode, up to `max_turns`; `warmup` is single-turn: one reply,
-no observation after it, and the workspace as that reply left it is evaluated once with timing (its tier is the
-reward). The response never exceeds `response_tokens` (the trainer's padded length): the driver's context is the
-prompt plus that.
+Stages: `agentic` (and RFT collection) run the whole episode, up to `max_turns`, each reply capped at `reply_tokens`;
+`warmup` is single-turn (single_turn.py): its own prompt asks for one whole model_new.py, the one reply may use the
+whole response length, and that file's tier is the reward. The response never exceeds `response_tokens` (the
+trainer's padded length): the driver's context is the prompt plus that.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudagent.agent.environment import open_episode
-from cudagent.agent.episode import END_REASONS, EpisodeLimits, EpisodeResult
+from cudagent.agent.episode import END_REASONS, EpisodeLimits
 from cudagent.agent.ledger import Ledger
 from cudagent.agent.recorders import Recorders
 from cudagent.agent.renderer import ChatRenderer
 from cudagent.agent.token_driver import TokenDriver
 from cudagent.errors import CudagentError
-from cudagent.evaluator.port import snapshot_of
 from cudagent.train.reward import reward_of
+from cudagent.train.single_turn import single_turn, single_turn_opening
 
 
 class RowError(CudagentError):
@@ -36,9 +36,9 @@ class RowError(CudagentError):
 
 @dataclass
 class RolloutSettings:
-    single_turn: bool = False  # the warm-up stage
+    single_turn: bool = False  # the warm-up stage: one reply, as long as the response length allows
     max_turns: int = 150
-    reply_tokens: int = 4096  # one reply's cap (verl 0.9.1 has no per-turn cap of its own)
+    reply_tokens: int = 4096  # one reply's cap in a multi-turn episode (verl 0.9.1 has no per-turn cap of its own)
     prompt_tokens: int = 8192  # the trainer's padded prompt length: an opening longer than this is refused
     response_tokens: int = 32768  # the trainer's padded response length: the whole rest of the episode
 
@@ -81,25 +81,31 @@ async def rollout(extra_info: dict, backend, tokenizer, settings: RolloutSetting
     started = time.monotonic()
     await evaluator.open()
     try:
+        if settings.single_turn:
+            return await _single_turn(task, evaluator, backend, tokenizer, settings, sampling, started)
         with tempfile.TemporaryDirectory(prefix="cudagent-rollout-") as tmp:
             return await _episode(task, evaluator, Path(tmp), backend, tokenizer, settings, sampling, started)
     finally:
         await evaluator.close()
 
 
-async def _episode(task, evaluator, tmp: Path, backend, tokenizer, settings, sampling, started) -> Rollout:
-    from cudagent.workspace import Workspace
-
-    ws = Workspace.create(tmp / "workspace", task.source)
-    limits = EpisodeLimits(max_turns=1 if settings.single_turn else settings.max_turns)
-    episode = open_episode(task, ws, evaluator, limits, "text")
-    renderer = ChatRenderer(tokenizer)
-    opening = renderer.opening_ids(episode.messages)
+def _opening_ids(task, renderer: ChatRenderer, messages: list[dict], settings: RolloutSettings) -> list[int]:
+    opening = renderer.opening_ids(messages)
     if len(opening) > settings.prompt_tokens:
         raise RowError(
             f"task {task.name}: its opening is {len(opening)} tokens, over the trainer's prompt length "
             f"{settings.prompt_tokens}; raise data.max_prompt_length or drop the task"
         )
+    return opening
+
+
+async def _episode(task, evaluator, tmp: Path, backend, tokenizer, settings, sampling, started) -> Rollout:
+    from cudagent.workspace import Workspace
+
+    ws = Workspace.create(tmp / "workspace", task.source)
+    episode = open_episode(task, ws, evaluator, EpisodeLimits(max_turns=settings.max_turns), "text")
+    renderer = ChatRenderer(tokenizer)
+    opening = _opening_ids(task, renderer, episode.messages, settings)
     driver = TokenDriver(
         episode,
         backend,
@@ -109,16 +115,14 @@ async def _episode(task, evaluator, tmp: Path, backend, tokenizer, settings, sam
         reply_tokens=settings.reply_tokens,
         sampling=sampling,
         request_id=uuid.uuid4().hex,
-        final_evaluation=not settings.single_turn,
         ledger=Ledger(opening),
     )
     result = await driver.run()
     if result.end_reason == "policy_error":  # the server's failure, not the policy's: no reward, the step fails
         raise CudagentError(f"the model server failed during the episode: {result.error}")
-    tier, judged = (result.tier if result.best else None), {}
-    if settings.single_turn:  # warm-up: the workspace as the one reply left it (a load_inline model_new.py is whole)
-        verdict = await evaluator.evaluate(snapshot_of(ws), timing=True, fresh=True)
-        tier, judged = verdict.tier, {"correct": int(verdict.correct)}
+    tier = result.tier if result.best else None
+    m, best = result.metrics(), result.best_summary() or {}
+    counts = {k: m[k] for k in ("turns", "valid_calls", "invalid_calls")}
     return Rollout(
         task=task.name,
         ledger=driver.ledger,
@@ -126,7 +130,41 @@ async def _episode(task, evaluator, tmp: Path, backend, tokenizer, settings, sam
         tier=tier,
         end_reason=result.end_reason,
         num_turns=len(result.messages) - 2,
-        metrics={**_metrics(result, tier, judged, time.monotonic() - started), **_sampling(driver.ledger)},
+        metrics={
+            **_metrics(tier, result.end_reason, time.monotonic() - started, best.get("speedup_vs_compile"), **counts),
+            "tool_validity": round(m["tool_validity"], 4),
+            "final_evaluation_failed": int(result.final_error is not None),
+            **_sampling(driver.ledger),
+        },
+    )
+
+
+async def _single_turn(task, evaluator, backend, tokenizer, settings, sampling, started) -> Rollout:
+    renderer = ChatRenderer(tokenizer)
+    opening = _opening_ids(task, renderer, single_turn_opening(task, evaluator), settings)
+    shot = await single_turn(task, evaluator, backend, renderer, opening, settings.response_tokens, sampling)
+    found = int(shot.end_reason == "finished")
+    return Rollout(
+        task=task.name,
+        ledger=shot.ledger,
+        reward=reward_of(shot.tier, shot.end_reason),
+        tier=shot.tier,
+        end_reason=shot.end_reason,
+        num_turns=1,
+        metrics={
+            **_metrics(
+                shot.tier,
+                shot.end_reason,
+                time.monotonic() - started,
+                shot.speedup_vs_compile,
+                turns=1,
+                valid_calls=found,
+                invalid_calls=1 - found,
+            ),  # fmt: skip
+            "tool_validity": float(found),
+            "final_evaluation_failed": 0,
+            **_sampling(shot.ledger),
+        },
     )
 
 
@@ -140,22 +178,19 @@ def _sampling(ledger: Ledger) -> dict:
     }
 
 
-def _metrics(result: EpisodeResult, tier: int | None, judged: dict, seconds: float) -> dict:
-    m = result.metrics()
-    best = result.best_summary() or {}
+def _metrics(tier, end_reason: str, seconds: float, speedup, *, turns: int, valid_calls: int, invalid_calls: int):
+    """What both kinds of episode report, with the same keys (verl stacks each key over the batch)."""
     return {
         "tier": -1 if tier is None else tier,
-        "end_reason": result.end_reason,
-        "turns": m["turns"],
-        "tool_validity": round(m["tool_validity"], 4),
-        "valid_calls": m["valid_calls"],
-        "invalid_calls": m["invalid_calls"],
+        "correct": int(tier is not None and tier >= 1),
+        "end_reason": end_reason,
+        "turns": turns,
+        "valid_calls": valid_calls,
+        "invalid_calls": invalid_calls,
         "faster_than_compile": int(tier == 3),
-        "speedup_vs_compile": best.get("speedup_vs_compile") or 0.0,
-        "final_evaluation_failed": int(result.final_error is not None),
+        "speedup_vs_compile": speedup or 0.0,
         "episode_seconds": round(seconds, 2),
         # numeric, so verl's validation metrics average them (strings it skips); every reason in every row, since
         # verl stacks each key over the batch and a batch mixes episodes that ended differently
-        **{f"ended_{reason}": int(result.end_reason == reason) for reason in END_REASONS},
-        **judged,
+        **{f"ended_{reason}": int(end_reason == reason) for reason in END_REASONS},
     }

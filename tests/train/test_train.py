@@ -165,6 +165,70 @@ def test_the_adapter_runs_scored_episodes_inside_verls_agent_loop_worker(tiny_mo
     assert all(p["max_tokens"] <= 4096 and "temperature" in p and p["logprobs"] for _, _, p in server.requests)
 
 
+class _Replies:
+    """A token backend that answers each request with the next scripted reply (text, and whether it ends on the
+    end-of-turn token), log-probabilities only when asked, and records what it was asked."""
+
+    def __init__(self, tokenizer, replies: list[tuple[str, bool]]):
+        self.tokenizer, self.replies, self.requests = tokenizer, list(replies), []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        from verl.workers.rollout.replica import TokenOutput
+
+        self.requests.append((self.tokenizer.decode(prompt_ids), dict(sampling_params)))
+        text, stops = self.replies.pop(0)
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + ([end_of_turn(self.tokenizer)] * stops)
+        log_probs = [-0.5] * len(ids) if sampling_params.get("logprobs") else None
+        return TokenOutput(token_ids=ids, log_probs=log_probs, stop_reason="completed" if stops else "length")
+
+
+@pytest.mark.slow
+def test_the_warmup_asks_for_one_whole_file_with_the_whole_response_length_and_scores_that_file(
+    tiny_model, service, monkeypatch
+):
+    """The warm-up stage's episode: its own prompt (no tools, one complete model_new.py in KernelBench's format), one
+    request for the stage's whole response length, and the reward of the file in the reply; a reply without one, or
+    cut off before its block closes, earns -1."""
+    from cudagent.agent.backends import load_tokenizer
+    from cudagent.evaluator.where import evaluators
+    from cudagent.train.rollout import rollout
+
+    monkeypatch.setenv("CUDAGENT_EVALUATOR_TOKEN", TOKEN)
+    config = _stage_config("warmup", ["data.train_files=x", f"actor_rollout_ref.model.path={tiny_model}"])
+    from cudagent.train.rollout import RolloutSettings
+
+    settings = RolloutSettings.from_config(
+        {**{k: v for k, v in config.cudagent.items() if k != "evaluator_urls"},
+         "prompt_tokens": config.data.max_prompt_length,
+         "response_tokens": config.actor_rollout_ref.rollout.response_length}
+    )  # fmt: skip
+    assert settings.single_turn and settings.response_tokens == 8192 > settings.reply_tokens
+    inline = (ROOT / "tests/adversarial/cases/control_inline_cpu/model_new.py").read_text()
+    backend = _Replies(load_tokenizer(str(tiny_model)), [
+        (f"One pass over both vectors.\n```python\n{inline}```\n", True),
+        ("I would fuse the multiply and the add.", True),
+        ("```python\nimport torch\nclass ModelNew(torch.nn.Module):\n    pass\n", False),
+    ])  # fmt: skip
+    pool, row = evaluators([service.url]), {"task_id": "axpby_small", "task_source": TASK}
+
+    async def three():
+        return [await rollout(row, backend, backend.tokenizer, settings, pool, {"logprobs": True}) for _ in range(3)]
+
+    solved, prose, cut = asyncio.run(three())
+    prompt, params = backend.requests[0]
+    assert "model_new.py" in prompt and "load_inline" in prompt and "class Model(nn.Module)" in prompt
+    assert "write_file" not in prompt and "```action" not in prompt  # not the multi-turn prompt with its tools
+    assert all(p["max_tokens"] == 8192 for _, p in backend.requests)  # the whole response length, every time
+    assert solved.tier >= 1 and solved.reward == float(solved.tier) and solved.end_reason == "finished"
+    assert solved.metrics["correct"] == 1 and solved.num_turns == 1 and solved.metrics["ended_finished"] == 1
+    assert (prose.reward, prose.end_reason, prose.metrics["tool_validity"]) == (-1.0, "format_errors", 0.0)
+    assert (cut.reward, cut.end_reason) == (-1.0, "tokens")
+    for shot in (solved, prose, cut):  # the ledger: the opening, then the reply alone, every token sampled
+        assert shot.ledger.response_mask == [1] * len(shot.ledger.response_ids)
+        assert set(shot.ledger.response_logprobs) == {-0.5}
+    assert set(solved.metrics) == set(prose.metrics)  # one set of keys, as verl stacks them over a batch
+
+
 def verl_steps(tasks: int, batch: int, epochs: int, total_steps: int, critic_warmup: int, start: int = 0):
     """The steps verl 0.9.1's trainer runs and those that update the actor, by its loop's own conditions
     (verl/trainer/ppo/v1/trainer_base.py: steps_per_epoch 765, the while 467, the epoch after each step 522, the
@@ -591,7 +655,7 @@ time.sleep(300)
 
 
 @pytest.mark.parametrize("module", ["cudagent.train.reward", "cudagent.train.monitor", "cudagent.train.rft",
-                                    "cudagent.data.compose", "cudagent.agent.ledger"])  # fmt: skip
+                                    "cudagent.data.compose", "cudagent.agent.ledger", "cudagent.train.single_turn"])  # fmt: skip
 def test_doctests(module):
     import doctest
     import importlib
