@@ -655,7 +655,8 @@ time.sleep(300)
 
 
 @pytest.mark.parametrize("module", ["cudagent.train.reward", "cudagent.train.monitor", "cudagent.train.rft",
-                                    "cudagent.data.compose", "cudagent.agent.ledger", "cudagent.train.single_turn"])  # fmt: skip
+                                    "cudagent.data.compose", "cudagent.agent.ledger",
+                                    "cudagent.train.single_turn"])  # fmt: skip
 def test_doctests(module):
     import doctest
     import importlib
