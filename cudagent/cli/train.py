@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import typer
@@ -54,6 +53,7 @@ def train(
         environment,
         preflight,
         printable,
+        stop_command,
         write_run_record,
         write_runtime_env,
     )
@@ -76,15 +76,15 @@ def train(
     if dry_run:
         return
     write_run_record(req, argv)
-    if ray_address:  # the job runs on the cluster; `cudagent train status` reads what it writes
+    if ray_address:  # the job runs on the cluster; the process here follows its logs; status reads what it writes
         write_runtime_env(req, dict(os.environ))
-        raise typer.Exit(subprocess.call(argv, env=environment(req, dict(os.environ))))
     from cudagent.train.monitor import StopRule
     from cudagent.train.supervise import Terminated, supervise
 
     typer.echo(f"cudagent: stage {stage} running; cudagent train status {req.out} shows its progress", err=True)
     try:
-        code, why = supervise(argv, environment(req, dict(os.environ)), req.out, StopRule())
+        code, why = supervise(argv, environment(req, dict(os.environ)), req.out, StopRule(),
+                              stop_remote=stop_command(req))  # fmt: skip
     except Terminated:
         typer.echo(f"cudagent: terminated; the stage was stopped, checkpoints in {req.out / 'checkpoints'}", err=True)
         raise typer.Exit(128 + 15) from None

@@ -17,6 +17,8 @@ import json
 import os
 import shlex
 import sys
+import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +44,7 @@ class TrainRequest:
     ray_address: str | None = None
     gpus: int = 8  # per node; rft's torchrun processes
     resume_from: Path | None = None
+    submission_id: str = ""  # the Ray job's id (`ray job submit --submission-id`), so that it can be stopped
 
     def __post_init__(self):
         if self.stage not in STAGES:
@@ -53,6 +56,8 @@ class TrainRequest:
             raise CudagentError(f"--gpus {self.gpus}: a stage needs at least one GPU per node")
         if self.resume_from is not None and not Path(self.resume_from).expanduser().is_dir():
             raise CudagentError(f"--resume-from {self.resume_from}: no such checkpoint directory")
+        if self.ray_address and not self.submission_id:
+            self.submission_id = f"cudagent-{self.stage}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
 def smoke_overrides() -> list[str]:
@@ -122,9 +127,16 @@ def command(req: TrainRequest) -> list[str]:
         argv = [sys.executable if not req.ray_address else "python", "-m", "verl.trainer.main_ppo", *config]
     argv += stage_overrides(req) + list(req.overrides)
     if req.ray_address:  # the job's environment, token included, from a file only the user can read (runtime_env)
-        argv = ["ray", "job", "submit", "--address", req.ray_address, "--runtime-env", str(runtime_env_path(req)),
-                "--", *argv]  # fmt: skip
+        argv = ["ray", "job", "submit", "--address", req.ray_address, "--submission-id", req.submission_id,
+                "--runtime-env", str(runtime_env_path(req)), "--", *argv]  # fmt: skip
     return argv
+
+
+def stop_command(req: TrainRequest) -> list[str] | None:
+    """What stops the stage where it runs, when that is not this machine's process group: `ray job stop`."""
+    if not req.ray_address:
+        return None
+    return ["ray", "job", "stop", "--address", req.ray_address, req.submission_id]
 
 
 def runtime_env_path(req: TrainRequest) -> Path:

@@ -229,6 +229,85 @@ def test_the_warmup_asks_for_one_whole_file_with_the_whole_response_length_and_s
     assert set(solved.metrics) == set(prose.metrics)  # one set of keys, as verl stacks them over a batch
 
 
+@pytest.mark.slow
+def test_the_adapter_runs_on_verls_default_trainer_path_through_transfer_queue(tiny_model, service, tmp_path):
+    """verl 0.9.1's default trainer (trainer.use_v1, main_ppo.py's TaskRunnerV1): rows from verl's own dataset and
+    collate, the prompts registered in TransferQueue, AgentLoopWorkerTQ as a Ray actor on a local cluster, and the
+    finished episodes read back from TransferQueue as the trainer reads them. The token server returns
+    log-probabilities only when a request asks (as verl's vLLM and SGLang servers do)."""
+    import time
+    import uuid
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import ray
+    import transfer_queue as tq
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+    from verl.utils import tensordict_utils as tu
+    from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+
+    from cudagent.agent.backends import load_tokenizer
+    from cudagent.train.command import AGENT_LOOPS
+
+    rows = [{"prompt": [{"role": "user", "content": name}], "agent_name": "cudagent_agent",
+             "extra_info": {"task_id": name, "task_source": TASK}}
+            for name in ("axpby_small", "broken_axpby")]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
+    config = _stage_config("agentic", [
+        f"data.train_files={tmp_path / 'train.parquet'}", f"actor_rollout_ref.model.path={tiny_model}",
+        f"critic.model.path={tiny_model}", f'cudagent.evaluator_urls=["{service.url}"]',
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOPS}", "cudagent.max_turns=6",
+        "data.max_prompt_length=8192", "data.max_response_length=8192", "trainer.n_gpus_per_node=1",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    ])  # fmt: skip
+    assert config.trainer.use_v1  # the path main_ppo runs unless told otherwise
+    tokenizer = load_tokenizer(str(tiny_model))
+    batch_dict = collate_fn(list(RLHFDataset(str(tmp_path / "train.parquet"), tokenizer, config.data)))
+    batch_dict["uid"] = np.array([str(uuid.uuid4()) for _ in range(2)], dtype=object)  # as trainer_base.py:1476
+    batch = tu.get_tensordict(batch_dict)
+    tu.assign_non_tensor_data(batch, "global_steps", 1)
+    uids = list(batch["uid"])
+    env = {"CUDAGENT_EVALUATOR_TOKEN": TOKEN, "CUDAGENT_TRAIN_ROLLOUTS": str(tmp_path / "rollouts.jsonl"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    ray.init(num_cpus=4, include_dashboard=False, object_store_memory=200 << 20, runtime_env={"env_vars": env})
+    try:
+        config.transfer_queue.enable = True  # as TaskRunnerV1.run, then tq.init on its config
+        tq.init(config.transfer_queue)
+        tq.kv_batch_put(keys=uids, partition_id="train",
+                        tags=[{"is_prompt": True, "status": "pending", "global_steps": 1}] * 2)  # fmt: skip
+        worker = AgentLoopWorkerTQ.remote(config, ScriptedTokenServer(tokenizer))
+        ray.get(worker.generate_sequences.remote(batch))  # returns at once: the episodes run on in the actor
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            status = {u: tq.kv_list("train")["train"][u].get("status") for u in uids}
+            if all(s in ("finished", "failure") for s in status.values()):
+                break
+            time.sleep(0.5)
+        assert set(status.values()) == {"finished"}, status
+        out = tq.kv_batch_get(keys=[f"{u}_0_0" for u in uids], partition_id="train")
+        results = {}
+        for i in range(2):
+            extra = out["extra_fields"][i]
+            info = extra["reward_extra_info"]
+            scores, responses = out["rm_scores"][i], out["responses"][i]
+            mask, logprobs = out["response_mask"][i], out["rollout_log_probs"][i]
+            assert scores.nonzero().flatten().tolist() == [len(responses) - 1]  # the reward on the last token
+            assert float(scores[-1]) == float(info["tier"]) == float(info["reward"])
+            assert int(mask[-1]) == 1 and int(responses[-1]) == end_of_turn(tokenizer)
+            assert set(logprobs[mask.bool()].tolist()) == {-0.5} and (~mask.bool()).any()
+            results[out["extra_info"][i]["task_id"]] = info
+        solved, broken = results["axpby_small"], results["broken_axpby"]
+        assert solved["tier"] >= 1 and solved["end_reason"] == "finished" and solved["ended_finished"] == 1
+        assert broken["tier"] == -1 and broken["end_reason"] != "finished"  # ended on a limit: mixed end reasons
+        assert broken[f"ended_{broken['end_reason']}"] == 1 and set(solved) == set(broken)
+        records = [json.loads(x) for x in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
+        assert sorted(r["task"] for r in records) == ["axpby_small", "broken_axpby"]
+    finally:
+        tq.close()
+        ray.shutdown()
+
+
 def verl_steps(tasks: int, batch: int, epochs: int, total_steps: int, critic_warmup: int, start: int = 0):
     """The steps verl 0.9.1's trainer runs and those that update the actor, by its loop's own conditions
     (verl/trainer/ppo/v1/trainer_base.py: steps_per_epoch 765, the while 467, the epoch after each step 522, the
@@ -652,6 +731,144 @@ time.sleep(300)
     while Path(f"/proc/{child}").exists() and Path(f"/proc/{child}/stat").read_text().split()[2] != "Z":
         assert time.monotonic() < deadline, "the stage's child outlived the supervisor"
         time.sleep(0.05)
+
+
+_SUPERVISOR = """
+import json, os, sys
+from pathlib import Path
+from cudagent.train.monitor import StopRule
+from cudagent.train.supervise import supervise
+argv, stop = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+try:
+    supervise(argv, dict(os.environ), Path(sys.argv[3]), StopRule(), 0.1, stop_remote=stop)
+except Exception as exc:  # the supervisor's way of saying it was terminated
+    sys.exit(143 if type(exc).__name__ == "Terminated" else 1)
+"""
+
+
+def _gone(pids: list[int], within_s: float) -> list[int]:
+    """Those of `pids` still running (not zombies) after up to `within_s` seconds."""
+    import time
+
+    def alive(pid):
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + within_s
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
+@pytest.mark.slow
+def test_sigterm_ends_the_ray_cluster_a_local_stage_started(tmp_path):
+    """main_ppo on one node starts its own Ray (ray.init): the GCS, the raylet and the actors' worker processes.
+    A SIGTERM to `cudagent train` ends every one of them, not only the driver."""
+    import signal
+    import time
+
+    stand_in = """
+import os, sys, time
+import psutil, ray
+ray.init(num_cpus=1, include_dashboard=False, object_store_memory=100 << 20)
+
+@ray.remote
+class Actor:
+    def pid(self):
+        return os.getpid()
+
+pids = [ray.get(Actor.remote().pid.remote())] + [p.pid for p in psutil.Process().children(recursive=True)]
+open(os.path.join(sys.argv[1], "pids"), "w").write(" ".join(map(str, pids)))
+time.sleep(300)
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": ""}
+    stage = [sys.executable, "-c", stand_in, str(tmp_path)]
+    supervisor = subprocess.Popen([sys.executable, "-c", _SUPERVISOR, json.dumps(stage), "null", str(tmp_path)],
+                                  env=env)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "pids").exists():
+            assert supervisor.poll() is None and time.monotonic() < deadline, "the stand-in stage never started Ray"
+            time.sleep(0.1)
+        time.sleep(0.2)  # the file is written in one call; let it close
+        pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+        assert len(pids) >= 3  # the actor's worker, the GCS and the raylet at least
+        supervisor.send_signal(signal.SIGTERM)
+        assert supervisor.wait(timeout=120) == 143
+        assert _gone(pids, 30) == []
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_stage_submitted_to_a_ray_cluster(tmp_path):
+    """With --ray-address the stage runs on the cluster and the process here only follows its logs: a SIGTERM stops
+    the job there (`ray job stop` on its submission id), on a real head node with its job server."""
+    import secrets
+    import signal
+    import socket
+    import tempfile
+    import time
+
+    from cudagent.train.command import TrainRequest, command, stop_command
+
+    def free_port():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    port, dashboard = free_port(), free_port()
+    address = f"http://127.0.0.1:{dashboard}"
+    temp = tempfile.mkdtemp(prefix="rc")  # its own: no other test's ray.init() finds this cluster
+    # Ray's default for a new cluster is token authentication: the head and every `ray job` call share this token
+    # (a user's shell exports it the same way), whatever ~/.ray holds from other clusters.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "", "RAY_AUTH_MODE": "token",
+           "RAY_AUTH_TOKEN": secrets.token_hex(32)}  # fmt: skip
+    ray = str(Path(sys.executable).with_name("ray"))
+    head = subprocess.Popen([ray, "start", "--head", "--block", f"--port={port}", f"--dashboard-port={dashboard}",
+                             "--dashboard-host=127.0.0.1", "--include-dashboard=true", "--num-cpus=1",
+                             f"--temp-dir={temp}"], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    supervisor = None
+    try:
+        req = TrainRequest("agentic", tmp_path / "d.parquet", "m", tmp_path / "run", ray_address=address)
+        submit = command(req)
+        job = [*submit[: submit.index("--runtime-env")], "--", sys.executable, "-c", "import time; time.sleep(300)"]
+        stop = stop_command(req)
+        assert job[:7] == ["ray", "job", "submit", "--address", address, "--submission-id", req.submission_id]
+        assert stop == ["ray", "job", "stop", "--address", address, req.submission_id]
+        job[0], stop[0] = ray, ray
+
+        def status():
+            out = subprocess.run([ray, "job", "status", "--address", address, req.submission_id], env=env,
+                                 capture_output=True, text=True)  # fmt: skip
+            return out.stdout + out.stderr
+
+        deadline = time.monotonic() + 180
+        while subprocess.run([ray, "job", "list", "--address", address], env=env, capture_output=True).returncode:
+            assert head.poll() is None and time.monotonic() < deadline, "the head node's job server never answered"
+            time.sleep(0.2)
+        supervisor = subprocess.Popen([sys.executable, "-c", _SUPERVISOR, json.dumps(job), json.dumps(stop),
+                                       str(tmp_path)], env=env)  # fmt: skip
+        while "RUNNING" not in status():
+            assert supervisor.poll() is None and time.monotonic() < deadline, status()
+            time.sleep(0.5)
+        supervisor.send_signal(signal.SIGTERM)
+        assert supervisor.wait(timeout=180) == 143
+        while "was stopped" not in status():  # what `ray job status` prints for a job in the STOPPED state
+            assert time.monotonic() < deadline, status()
+            time.sleep(0.5)
+    finally:
+        if supervisor is not None and supervisor.poll() is None:
+            supervisor.kill()
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("module", ["cudagent.train.reward", "cudagent.train.monitor", "cudagent.train.rft",
