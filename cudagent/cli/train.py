@@ -92,7 +92,44 @@ def train(
         where = req.out / "checkpoints"
         typer.echo(f"cudagent: stopped by the BF16 stop rule ({why}); checkpoints in {where}", err=True)
         raise typer.Exit(int(ExitCode.REJECTED))
+    if code == 0:
+        _export_after(req.out)
     raise typer.Exit(code)
+
+
+def _export_after(run: Path) -> None:
+    """A finished stage leaves a Hugging Face folder (RUN/hf) for the next stage's --model."""
+    from cudagent.train.export import export_model
+
+    if not (run / "checkpoints").is_dir():  # a Ray job on a cluster whose files this machine does not see
+        typer.echo(f"cudagent: no checkpoints in {run} here; on the head node, cudagent train export {run}", err=True)
+        return
+    step, _ = export_model(run, run / "hf")
+    typer.echo(f"cudagent: stage finished; {step.name} exported to {run / 'hf'} (the next stage's --model)", err=True)
+
+
+@train_app.command(
+    "export",
+    epilog="Examples:\n\n"
+    "  cudagent train export train-runs/warmup                  # writes train-runs/warmup/hf\n\n"
+    "  cudagent train export train-runs/rft/checkpoints/global_step_40 --out ~/models/rft-40\n\n"
+    "Exit codes: 0 written (or already there); 2 no checkpoint, or --out holds something else; 3 the merge failed.",
+)
+def export(
+    run: Path = typer.Argument(..., help="A stage's run directory, its checkpoints folder or one global_step_N."),
+    out: Path = typer.Option(None, help="The Hugging Face folder to write; default RUN/hf."),
+) -> None:
+    """Merge a stage's latest checkpoint (verl's sharded FSDP files) into a Hugging Face model folder with verl's
+    model merger: what the next stage's --model, vLLM and transformers load. A stage that finishes here does this
+    itself."""
+    from cudagent.train.export import export_model
+
+    if not run.exists():
+        raise CudagentError(f"{run}: no such run directory")
+    target = out or (run / "hf" if (run / "command.json").is_file() else run.parent / f"{run.name}-hf")
+    step, merged = export_model(run, target)
+    typer.echo(f"{'exported' if merged else 'already exported'}: {step} -> {target}", err=True)
+    typer.echo(str(Path(target).resolve()))
 
 
 @train_app.command(
@@ -112,7 +149,7 @@ def rft_collect(
     served_model: str = typer.Option(None, help="The model name on the server (default: the one it serves)."),
     evaluator: list[str] = typer.Option(None, help="cudagent serve URL(s) scoring the episodes."),
     max_turns: int = typer.Option(150, help="Turns per episode."),
-    response_tokens: int = typer.Option(32768, help="Tokens after the prompt, per episode."),
+    response_tokens: int = typer.Option(131072, help="Tokens after the prompt, per episode (the agentic stage's)."),
     concurrency: int = typer.Option(8, help="Episodes at once."),
     temperature: float = typer.Option(1.0, help="Sampling temperature."),
     runs: Path = typer.Option(None, help="Instead: a runs directory of token-mode optimize runs to keep from."),

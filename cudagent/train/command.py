@@ -97,10 +97,10 @@ def stage_overrides(req: TrainRequest) -> list[str]:
     return extra
 
 
-def checkpoint_step(path: Path) -> Path:
+def checkpoint_step(path: Path, what: str = "--resume-from") -> Path:
     """The `global_step_N` folder verl resumes from (it refuses any other name): `path` itself, or the one its
     tracker file (`latest_checkpointed_iteration.txt`, which verl writes beside its checkpoints) names, or the
-    highest-numbered one inside it."""
+    highest-numbered one inside it. `what`: how the error names the path."""
     path = Path(path).expanduser().resolve()
     if path.name.startswith("global_step_"):
         return path
@@ -111,9 +111,10 @@ def checkpoint_step(path: Path) -> Path:
             return named
     steps = [p for p in path.glob("global_step_*") if p.is_dir() and p.name.removeprefix("global_step_").isdigit()]
     if not steps:
+        hint = " (for the agentic stage: the critic stage's, e.g. train-runs/critic/checkpoints)"
         raise CudagentError(
-            f"--resume-from {path}: no global_step_N checkpoint in it; give a stage's checkpoints folder "
-            "(for the agentic stage: the critic stage's, e.g. train-runs/critic/checkpoints)"
+            f"{what} {path}: no global_step_N checkpoint in it; give a stage's run directory or checkpoints folder"
+            + (hint if what == "--resume-from" else "")
         )
     return max(steps, key=lambda p: int(p.name.removeprefix("global_step_")))
 
@@ -182,14 +183,28 @@ def printable(argv: list[str]) -> str:
 def preflight(req: TrainRequest, environ: dict, *, check_verl: bool = True) -> None:
     """Everything checkable here, each failure one sentence (CudagentError: exit 2; EnvironmentProblem: exit 3)."""
     check_data(req.stage, req.data)
-    if not Path(req.model).expanduser().exists():
-        raise CudagentError(f"--model {req.model}: no such directory; give a local Hugging Face model directory")
+    check_model(req.model)
     if importlib.util.find_spec("verl") is not None:
         check_config(req)  # in a dry run too: a config verl would refuse at launch is refused here
     elif check_verl:
         raise EnvironmentProblem('verl is not installed here; pip install "cudagent[train]" (verl==0.9.1)')
     if req.stage != "rft":
         check_evaluator(req, environ)
+
+
+def check_model(model: str) -> None:
+    """A Hugging Face model folder; a previous stage's run directory is named as such, with the folder to give."""
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        raise CudagentError(f"--model {model}: no such directory; give a local Hugging Face model directory")
+    if (path / "config.json").is_file():
+        return
+    if (path / "command.json").is_file() or (path / "checkpoints").is_dir():
+        raise CudagentError(
+            f"--model {model} is a training run, not a model: give {path / 'hf'} (a finished stage writes it; "
+            f"cudagent train export {model} writes it from the latest checkpoint)"
+        )
+    raise CudagentError(f"--model {model} has no config.json; give a local Hugging Face model directory")
 
 
 def check_data(stage: str, data: Path) -> None:
@@ -267,6 +282,7 @@ def check_config(req: TrainRequest) -> None:
     """Compose the stage's config and run verl's own checks on it (RL stages: `validate_config`, as main_ppo does
     at launch, with the reference policy and the critic it would use). Needs verl; a refusal is one sentence."""
     config = composed(req)
+    check_sequence_room(req, config)
     if req.stage == "rft":
         return
     from cudagent.train.verl_config import validate
@@ -275,6 +291,50 @@ def check_config(req: TrainRequest) -> None:
         validate(config)
     except Exception as exc:  # noqa: BLE001  (verl raises assertions, ValueErrors and Hydra's instantiation errors)
         raise CudagentError(f"verl refuses the {req.stage} stage's config: {_first_line(exc)}") from None
+
+
+def check_sequence_room(req: TrainRequest, config) -> None:
+    """Each pass that packs sequences into micro-batches by a token budget (dynamic batching) holds the stage's
+    longest sequence: budget per GPU times the Ulysses sequence-parallel size at least prompt plus response. verl
+    asserts this only when the first long episode reaches the pass, after a step's rollouts; and each parallel
+    group must divide the GPUs."""
+    if req.stage == "rft":
+        longest, gpus = int(config.data.max_length), req.gpus
+        sp = int(config.engine.ulysses_sequence_parallel_size)
+        passes = [("data.max_token_len_per_gpu", config.data.use_dynamic_bsz, config.data.max_token_len_per_gpu, sp)]
+    else:
+        longest = int(config.data.max_prompt_length) + int(config.data.max_response_length)
+        gpus = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
+        actor, ref, rollout, critic = (config.actor_rollout_ref.actor, config.actor_rollout_ref.ref,
+                                       config.actor_rollout_ref.rollout, config.critic)  # fmt: skip
+        actor_sp, ref_sp = (
+            int(actor.fsdp_config.ulysses_sequence_parallel_size),
+            int(ref.fsdp_config.ulysses_sequence_parallel_size),
+        )
+        critic_sp = int(critic.fsdp.ulysses_sequence_parallel_size)
+        passes = [
+            ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", actor.use_dynamic_bsz,
+             actor.ppo_max_token_len_per_gpu, actor_sp),
+            ("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", rollout.log_prob_use_dynamic_bsz,
+             rollout.log_prob_max_token_len_per_gpu, actor_sp),
+            ("actor_rollout_ref.ref.log_prob_max_token_len_per_gpu", ref.log_prob_use_dynamic_bsz,
+             ref.log_prob_max_token_len_per_gpu, ref_sp),
+            ("critic.ppo_max_token_len_per_gpu", critic.use_dynamic_bsz, critic.ppo_max_token_len_per_gpu, critic_sp),
+            ("critic.forward_max_token_len_per_gpu", critic.use_dynamic_bsz, critic.forward_max_token_len_per_gpu,
+             critic_sp),
+        ]  # fmt: skip
+    for key, dynamic, budget, sp in passes:
+        if gpus % sp:
+            raise CudagentError(
+                f"the {req.stage} stage splits each sequence over {sp} GPUs (ulysses_sequence_parallel_size), which "
+                f"does not divide its {gpus} GPUs; change --gpus or -o that size"
+            )
+        if dynamic and int(budget) * sp < longest:
+            raise CudagentError(
+                f"the {req.stage} stage's {key} is {budget} tokens x {sp} GPUs of sequence parallelism = "
+                f"{int(budget) * sp}, less than its longest sequence ({longest} tokens): -o {key}="
+                f"{-(-longest // sp)} or more"
+            )
 
 
 def _first_line(exc: BaseException) -> str:

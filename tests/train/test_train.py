@@ -508,8 +508,10 @@ def test_gae_keeps_the_reward_on_the_last_model_token_of_a_multi_turn_mask():
 
 
 def test_an_rft_episode_longer_than_verls_default_cap_goes_through_its_micro_batching(tiny_model, tmp_path):
-    """An episode of 9,000 tokens (over verl's default 8,192 a micro-batch), through the stage's composed config,
-    the dataset, verl's SFT collator and verl's dynamic micro-batching, as its SFT trainer runs them."""
+    """Episodes of 9,000 tokens (over verl's default 8,192 a micro-batch) and 120,000 (an agentic-stage episode,
+    over the 40,960 this stage once allowed), through the stage's composed config, the dataset, verl's SFT collator
+    and verl's dynamic micro-batching with the budget its engine computes (per GPU times the sequence-parallel
+    size, workers/engine/utils.py), as its SFT trainer runs them."""
     from omegaconf import OmegaConf
     from verl.utils import tensordict_utils as tu
     from verl.utils.dataset.dataset_utils import SFTTensorCollator
@@ -522,19 +524,70 @@ def test_an_rft_episode_longer_than_verls_default_cap_goes_through_its_micro_bat
     tok = load_tokenizer(str(tiny_model))
     lengths = []
     episodes = []
-    for n_prompt, n_reply in ((8_500, 500), (300, 200)):
+    for n_prompt, n_reply in ((8_500, 500), (300, 200), (6_000, 114_000)):
         ledger = Ledger([11] * n_prompt)
         ledger.add_model([12] * n_reply, [-0.1] * n_reply)
         episodes.append({"run_id": f"e{n_prompt}", "tier": 3, "tool_validity": 1.0, **ledger.to_dict()})
         lengths.append(n_prompt + n_reply)
-    assert write_episodes(episodes, tmp_path / "kept.jsonl") == 2
+    assert write_episodes(episodes, tmp_path / "kept.jsonl") == 3
     config = _stage_config("rft", [f"data.train_files={tmp_path / 'kept.jsonl'}", f"model.path={tiny_model}"])
     assert config.data.use_dynamic_bsz  # the cap below is what verl packs micro-batches to
     dataset = LedgerSFTDataset(str(tmp_path / "kept.jsonl"), tok, OmegaConf.to_container(config.data, resolve=True))
-    batch = tu.get_tensordict(SFTTensorCollator(config.data.pad_mode)([dataset[0], dataset[1]]))  # a dict of nested
-    micro, _ = rearrange_micro_batches(batch, max_token_len=int(config.data.max_token_len_per_gpu))
+    batch = tu.get_tensordict(SFTTensorCollator(config.data.pad_mode)([dataset[i] for i in range(3)]))  # nested
+    budget = int(config.data.max_token_len_per_gpu) * int(config.engine.ulysses_sequence_parallel_size)
+    micro, _ = rearrange_micro_batches(batch, max_token_len=budget)
     packed = [int(n) for m in micro for n in m["input_ids"].offsets().diff()]
     assert sorted(packed) == sorted(lengths)  # every episode whole, the long one included
+
+
+@pytest.mark.parametrize("stage", ["critic", "agentic", "rft"])
+def test_the_critic_agentic_and_rft_stages_hold_a_whole_131k_episode(stage, tiny_model, tmp_path):
+    """The paper's context (8K prompt, 131K after it) in every stage that meets multi-turn episodes: each pass that
+    packs sequences has dynamic batching with a budget that, times its sequence-parallel size, holds the longest
+    one; the check says which key to raise when an override breaks that."""
+    from cudagent.errors import CudagentError
+    from cudagent.train.command import TrainRequest, check_sequence_room, composed
+
+    def request(*overrides):
+        return TrainRequest(stage, tmp_path / "d", str(tiny_model), tmp_path / "run", ["http://127.0.0.1:9"],
+                            list(overrides))  # fmt: skip
+
+    config = composed(request())
+    if stage == "rft":
+        longest = config.data.max_length
+        passes = {"data.max_token_len_per_gpu": (config.data.use_dynamic_bsz, config.data.max_token_len_per_gpu,
+                                                 config.engine.ulysses_sequence_parallel_size)}  # fmt: skip
+    else:
+        longest = config.data.max_prompt_length + config.data.max_response_length
+        actor, ref, rollout, critic = (config.actor_rollout_ref.actor, config.actor_rollout_ref.ref,
+                                       config.actor_rollout_ref.rollout, config.critic)  # fmt: skip
+        sp, critic_sp = actor.fsdp_config.ulysses_sequence_parallel_size, critic.fsdp.ulysses_sequence_parallel_size
+        passes = {
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": (actor.use_dynamic_bsz,
+                                                                  actor.ppo_max_token_len_per_gpu, sp),
+            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": (rollout.log_prob_use_dynamic_bsz,
+                                                                         rollout.log_prob_max_token_len_per_gpu, sp),
+            "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": (
+                ref.log_prob_use_dynamic_bsz, ref.log_prob_max_token_len_per_gpu,
+                ref.fsdp_config.ulysses_sequence_parallel_size),
+            "critic.ppo_max_token_len_per_gpu": (critic.use_dynamic_bsz, critic.ppo_max_token_len_per_gpu, critic_sp),
+            "critic.forward_max_token_len_per_gpu": (critic.use_dynamic_bsz, critic.forward_max_token_len_per_gpu,
+                                                     critic_sp),
+        }  # fmt: skip
+        assert config.actor_rollout_ref.model.use_remove_padding and critic.model.use_remove_padding  # SP needs it
+    assert longest == 8192 + 131072
+    for key, (dynamic, budget, parallel) in passes.items():
+        assert dynamic and parallel == 8 and budget * parallel >= longest, key
+    check_sequence_room(request(), config)
+    for key in passes:
+        with pytest.raises(CudagentError, match=f"-o {key}=17408 or more"):
+            check_sequence_room(request(), composed(request(f"{key}=8192")))
+    with pytest.raises(CudagentError, match="does not divide its 4 GPUs"):
+        if stage == "rft":
+            short = TrainRequest(stage, tmp_path / "d", str(tiny_model), tmp_path / "run", gpus=4)
+        else:
+            short = request("trainer.n_gpus_per_node=4")
+        check_sequence_room(short, composed(short))
 
 
 def test_the_rft_filter_and_dataset_follow_verls_multi_turn_sft_dataset(tiny_model, tmp_path):
@@ -595,8 +648,18 @@ def test_the_rft_filter_and_dataset_follow_verls_multi_turn_sft_dataset(tiny_mod
         (["--stage", "rft", "--data", "GOOD"], 2, "no episodes with prompt_ids"),
         (["--stage", "agentic", "--data", "GOOD", "-o", "noequals"], 2, "is not key=value"),
         (["--stage", "agentic", "--data", "GOOD", "-o", "trainer.nonexistent_key=1"], 2, "config does not compose"),
-        (["--stage", "critic", "--data", "GOOD", "-o", "data.train_batch_size=3"], 2, "verl refuses the critic"),
+        (
+            ["--stage", "critic", "--data", "GOOD", "-o", "actor_rollout_ref.actor.loss_agg_mode=nope"],
+            2,
+            "verl refuses the critic",
+        ),
         (["--stage", "agentic", "--data", "GOOD", "--gpus", "0"], 2, "at least one GPU"),
+        (["--stage", "agentic", "--data", "GOOD", "--gpus", "4"], 2, "does not divide its 4 GPUs"),
+        (
+            ["--stage", "critic", "--data", "GOOD", "-o", "data.max_response_length=262144"],
+            2,
+            "longest sequence (270336 tokens)",
+        ),
         (["--stage", "agentic", "--data", "GOOD", "--resume-from", "NOPE"], 2, "no such checkpoint directory"),
     ],
 )
