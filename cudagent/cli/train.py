@@ -20,9 +20,9 @@ app.add_typer(train_app, name="train")
     epilog="Examples:\n\n"
     "  cudagent train --stage warmup --data train.parquet --model ~/models/base --evaluator http://gpu1:8765 "
     "--dry-run\n\n"
-    "  cudagent train --stage agentic --data train.parquet --model ~/ckpt/rft --evaluator http://gpu1:8765 "
+    "  cudagent train --stage agentic --data train.parquet --model train-runs/rft/hf --evaluator http://gpu1:8765 "
     "--smoke\n\n"
-    "  cudagent train --stage rft --data kept.jsonl --model ~/models/warm\n\n"
+    "  cudagent train --stage rft --data kept.jsonl --model train-runs/warmup/hf\n\n"
     "Exit codes: the stage's own (verl's) once launched; 2 bad input (data, model, stage, an override); 3 the "
     "environment (verl missing, the evaluator unreachable or refusing the token).",
 )
@@ -30,7 +30,7 @@ def train(
     ctx: typer.Context,
     stage: str = typer.Option(None, help="warmup | rft | critic | agentic."),
     data: Path = typer.Option(None, help="RL stages: a `data export --format verl` parquet; rft: kept episodes."),
-    model: str = typer.Option(None, help="A local Hugging Face model directory (the stage's starting weights)."),
+    model: str = typer.Option(None, help="A local Hugging Face model folder (a previous stage's RUN/hf)."),
     evaluator: list[str] = typer.Option(None, help="cudagent serve URL(s) scoring the rollouts (RL stages)."),
     out: Path = typer.Option(None, help="The run directory (metrics.jsonl, checkpoints); default train-runs/STAGE."),
     override: list[str] = typer.Option(None, "--override", "-o", help="A verl/Hydra key=value, applied last."),
@@ -61,7 +61,7 @@ def train(
     req = TrainRequest(
         stage=stage,
         data=data,
-        model=str(Path(model).expanduser()),
+        model=str(Path(model).expanduser().resolve()),  # the job may run elsewhere (Ray): an absolute path
         out=out or Path("train-runs") / stage,
         evaluator_urls=list(evaluator or []),
         overrides=list(override or []),
@@ -136,7 +136,7 @@ def export(
     "rft-collect",
     epilog="Examples:\n\n"
     "  cudagent train rft-collect --data train.parquet --samples 4 --base-url http://gpu2:8000/v1 "
-    "--tokenizer ~/ckpt/warmup --evaluator http://gpu1:8765 --out kept.jsonl\n\n"
+    "--tokenizer train-runs/warmup/hf --evaluator http://gpu1:8765 --out kept.jsonl\n\n"
     "  cudagent train rft-collect --runs ~/.cudagent/runs --out kept.jsonl\n\n"
     "Exit codes: 0 written (even with none kept); 2 bad input; 3 the model server or evaluator unreachable.",
 )

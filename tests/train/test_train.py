@@ -20,7 +20,6 @@ verl = pytest.importorskip("verl")
 
 from tests.agent.completions_server import CompletionsHandler  # noqa: E402
 from tests.agent.episodes import KERNEL, MODEL_NEW, TASK  # noqa: E402
-from tests.model_server import smollm2_gguf  # noqa: E402
 from tests.serve.service_proc import TOKEN  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,20 +29,9 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
     """A two-layer Llama with SmolLM2's tokenizer and chat template, saved as a Hugging Face directory."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from tests.train.checkpoints import tiny_llama
 
-    from cudagent.agent.backends import load_tokenizer
-
-    tok = load_tokenizer(str(smollm2_gguf()))
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=65536,
-                         eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id)  # fmt: skip
-    path = tmp_path_factory.mktemp("tiny-llama")
-    LlamaForCausalLM(config).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture
