@@ -2,6 +2,7 @@
 
     CUDAGENT_HOME                 where runs are kept (default $XDG_DATA_HOME/cudagent, ~/.local/share/cudagent)
     CUDAGENT_FORK_SERVER=0        start every candidate process anew instead of forking it from a zygote
+    CUDAGENT_CONFINE              strict | best-effort (default) | off: confinement of candidate processes (confine.py)
     CUDAGENT_PRICE_INPUT/OUTPUT   dollars per million prompt/completion tokens, to report a run's cost
 
 Build and baseline caches (CUDAGENT_CACHE_DIR) are located by cudagent.resources, which every process of an
@@ -22,6 +23,13 @@ class Settings:
     home: Path
     fork_server: bool = True
     prices_per_mtok: tuple[float, float] | None = None
+    confine: str = "best-effort"
+
+    def eval_options(self, **fields):
+        """The evaluator's options with what the environment settles (fork server, confinement) and `fields`."""
+        from cudagent.evaluator.evaluator import EvalOptions
+
+        return EvalOptions(fork_server=self.fork_server, confine=self.confine, **fields)
 
     @property
     def runs_root(self) -> Path:
@@ -36,4 +44,9 @@ class Settings:
         prices = None
         if env.get("CUDAGENT_PRICE_INPUT") and env.get("CUDAGENT_PRICE_OUTPUT"):
             prices = (float(env["CUDAGENT_PRICE_INPUT"]), float(env["CUDAGENT_PRICE_OUTPUT"]))
-        return cls(Path(home), env.get("CUDAGENT_FORK_SERVER") != "0", prices)
+        confine = env.get("CUDAGENT_CONFINE") or "best-effort"
+        if confine not in ("strict", "best-effort", "off"):
+            from cudagent.errors import CudagentError
+
+            raise CudagentError(f"CUDAGENT_CONFINE={confine!r} is not a level; use strict, best-effort or off")
+        return cls(Path(home), env.get("CUDAGENT_FORK_SERVER") != "0", prices, confine)

@@ -22,7 +22,6 @@ from cudagent.taskpool import mentions_out_of_memory
 
 
 def run(args) -> dict:
-    from cudagent.evaluator.evaluator import EvalOptions
     from cudagent.evaluator.nullcheck import null_candidates
     from cudagent.evaluator.where import evaluators
     from cudagent.settings import Settings
@@ -32,9 +31,7 @@ def run(args) -> dict:
     phases = out["phases_s"] = {"start": round(time.monotonic() - args.started, 2)}
     clock = _Clock(phases)
     task = load_task(Path(args.task))
-    where = evaluators(
-        args.evaluator, device=args.device, options=EvalOptions(fork_server=Settings.from_env().fork_server)
-    )
+    where = evaluators(args.evaluator, device=args.device, options=Settings.from_env().eval_options())
     if args.evaluator:
         return {**out, **_remote(args, task, where)}
     device = where.device_info

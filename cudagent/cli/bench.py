@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from cudagent.cli.app import app
-from cudagent.cli.options import device_option, evaluator_urls
+from cudagent.cli.options import confine_option, device_option, evaluator_urls
 from cudagent.cli.progress import TaskProgress
 from cudagent.errors import CudagentError, EnvironmentProblem, ExitCode
 
@@ -42,6 +42,7 @@ def bench(
         None, "--list", help="A file naming the tasks to run, one per line.", rich_help_panel=SELECT_PANEL
     ),
     device: str = device_option("GPUs (CUDA kernels) or the CPU (C++ kernels)."),
+    confine: str = confine_option(),
     gpus: str = typer.Option(None, help="GPU ids to use, one worker each, e.g. 0,1 (default: all)."),
     timeout: float = typer.Option(1800.0, help="Seconds one task may take before it counts as failed."),
     out: Path = typer.Option(

@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 
 from cudagent.cli.app import app
-from cudagent.cli.options import device_option, evaluator_urls
+from cudagent.cli.options import confine_option, device_option, evaluator_urls
 from cudagent.errors import ExitCode
 
 EXIT_CODES = (
@@ -28,6 +28,7 @@ CANDIDATE_ARG = typer.Argument(
     help="A workspace directory holding model_new.py (and kernels/), or a "
     "model_new.py file (KernelBench's single-file format is accepted).",
 )
+CONFINE_OPT = confine_option()
 DEVICE_OPT = device_option("Where to evaluate: the GPU (CUDA kernels) or the CPU (C++ kernels).")
 JSON_OPT = typer.Option(False, "--json", help="Print exactly one JSON object on stdout.")
 ATOL_OPT = typer.Option(None, help="Absolute tolerance for all outputs (default: by dtype, 1e-2 for fp32).")
@@ -55,6 +56,7 @@ def check(
     task: Path = TASK_ARG,
     candidate: Path = CANDIDATE_ARG,
     device: str = DEVICE_OPT,
+    confine: str = CONFINE_OPT,
     as_json: bool = JSON_OPT,
     atol: float = ATOL_OPT,
     rtol: float = RTOL_OPT,
@@ -97,6 +99,7 @@ def profile(
     task: Path = TASK_ARG,
     candidate: Path = CANDIDATE_ARG,
     device: str = DEVICE_OPT,
+    confine: str = CONFINE_OPT,
     as_json: bool = JSON_OPT,
     ncu: bool = typer.Option(
         False,
@@ -151,7 +154,7 @@ def _run(
 
     from cudagent.errors import CudagentError
     from cudagent.evaluator.compare import Tolerance
-    from cudagent.evaluator.evaluator import EvalOptions, audited
+    from cudagent.evaluator.evaluator import audited
     from cudagent.evaluator.port import snapshot_of
     from cudagent.evaluator.where import evaluators
     from cudagent.settings import Settings
@@ -161,7 +164,7 @@ def _run(
     if compile_mode not in ("default", "max-autotune", "reduce-overhead"):
         raise typer.BadParameter("use default, max-autotune or reduce-overhead", param_hint="--compile-mode")
     urls = evaluator_urls(evaluator)
-    options = EvalOptions(
+    options = Settings.from_env().eval_options(
         tolerance=Tolerance(atol, rtol),
         timing=timing,
         compile_mode=compile_mode,
@@ -169,7 +172,6 @@ def _run(
         call_timeout_s=call_timeout,
         build_timeout_s=build_timeout,
         ncu=ncu,
-        fork_server=Settings.from_env().fork_server,
     )
     if urls:
         changed = _changed_settings(options)

@@ -91,6 +91,17 @@ def _doctor_checks(device: str, server: tuple | None) -> list[dict]:
         else f"{problem}; the agent's shell will run with resource limits only (see the README's security section)",
         needed=False,
     )
+    from cudagent.confine import describe, probe
+    from cudagent.settings import Settings
+
+    level = Settings.from_env().confine
+    state = probe(level)
+    add(
+        "candidate confinement",
+        state.get("confined") and not state.get("notes"),
+        f"--confine {level}: candidate processes would run {describe(state)}",
+        needed=level == "strict",
+    )
     if server is not None:
         checks.extend(_server_checks(*server))
     return checks

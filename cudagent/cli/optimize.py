@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from cudagent.cli.app import app
-from cudagent.cli.options import ENV_HELP, device_option, evaluator_urls
+from cudagent.cli.options import ENV_HELP, confine_option, device_option, evaluator_urls
 from cudagent.errors import CudagentError, ExitCode, Terminated
 
 OPTIMIZE_EXIT = (
@@ -101,6 +101,7 @@ def optimize(
         None, help="The model's context window; default: what the server says, else 32768.", rich_help_panel=LIMIT_PANEL
     ),
     device: str = device_option("The GPU (CUDA kernels) or the CPU (C++ kernels)."),
+    confine: str = confine_option(),
     evaluator: str = typer.Option(
         None,
         envvar="CUDAGENT_EVALUATOR_URL",

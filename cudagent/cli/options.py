@@ -9,7 +9,8 @@ ENV_HELP = (
     "Environment: OPENAI_BASE_URL (the server, e.g. http://localhost:8000/v1 for vLLM), OPENAI_API_KEY, "
     "CUDAGENT_HOME (where runs are kept, default ~/.local/share/cudagent), CUDAGENT_CACHE_DIR (builds, baselines), "
     "CUDAGENT_PRICE_INPUT / CUDAGENT_PRICE_OUTPUT (dollars per million tokens, to report cost), "
-    "CUDAGENT_EVALUATOR_URL / CUDAGENT_EVALUATOR_TOKEN (a `cudagent serve` service to evaluate on)."
+    "CUDAGENT_EVALUATOR_URL / CUDAGENT_EVALUATOR_TOKEN (a `cudagent serve` service to evaluate on), "
+    "CUDAGENT_CONFINE (the default of --confine)."
 )
 DEVICES = ("auto", "cuda", "cpu")
 
@@ -23,6 +24,39 @@ def _device(value: str) -> str:
 def device_option(help_text: str):
     """--device auto|cuda|cpu, refused in one sentence of ours (not the validator's wording) when it is neither."""
     return typer.Option("auto", help=help_text, metavar="auto|cuda|cpu", callback=_device)
+
+
+CONFINE_LEVELS = ("strict", "best-effort", "off")
+
+
+def _confine(value: str | None) -> str | None:
+    """--confine: checked, then handed to every process of the command through CUDAGENT_CONFINE (settings.py)."""
+    import os
+    import sys
+
+    if value is None:
+        return None
+    if value not in CONFINE_LEVELS:
+        raise typer.BadParameter(f"{value!r} is not a confinement level; use strict, best-effort or off")
+    os.environ["CUDAGENT_CONFINE"] = value
+    if value == "off":
+        print(
+            "warning: --confine off: candidate code runs with your user's files and network; evaluate only "
+            "kernels you trust this way",
+            file=sys.stderr,
+        )
+    return value
+
+
+def confine_option():
+    """--confine strict|best-effort|off for every command that runs candidate code."""
+    return typer.Option(
+        None,
+        help="Confinement of the processes that run candidate code: strict (refuse to run unconfined), best-effort "
+        "(default: what this kernel offers, said in each verdict) or off. Default: $CUDAGENT_CONFINE or best-effort.",
+        metavar="strict|best-effort|off",
+        callback=_confine,
+    )
 
 
 def evaluator_urls(value: str | None) -> list[str] | None:

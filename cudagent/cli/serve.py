@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from cudagent.cli.app import app
+from cudagent.cli.options import confine_option
 from cudagent.errors import CudagentError, EnvironmentProblem
 
 LIMITS_PANEL = "Limits"
@@ -26,6 +27,7 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Address to listen on; beyond localhost a warning is printed."),
     port: int = typer.Option(8765, help="TCP port."),
     device: str = typer.Option("cuda", help="cuda: one evaluator worker per GPU; cpu: one worker for C++ kernels."),
+    confine: str = confine_option(),
     gpus: str = typer.Option(None, help="GPU ids to serve, one worker each, e.g. 0,1 (default: all visible)."),
     token_file: Path = typer.Option(
         None,

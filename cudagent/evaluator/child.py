@@ -20,11 +20,12 @@ import traceback
 import torch
 
 import cudagent.build.inline as inline
-import cudagent.evaluator.isolation as isolation
+import cudagent.confine as confine
 import cudagent.evaluator.measure as measure
 import cudagent.evaluator.runtime_audit as audit
 import cudagent.evaluator.transforms as transforms
 import cudagent.evaluator.wire as wire
+import cudagent.isolation as isolation
 import cudagent.trees as trees
 from cudagent.evaluator.measure import Plan
 from cudagent.evaluator.wire import Channel, ChannelClosed
@@ -56,7 +57,14 @@ class Harness:
         # Taken before any candidate code is loaded, and held only in this frame: the check is bound here, so
         # replacing Sentinel.changed afterwards changes nothing.
         changed = audit.Sentinel(_harness_modules()).changed
-        self.ch.send({"op": "hello", "pid": os.getpid(), "torch": torch.__version__, "isolation": isolation.status()})
+        self.ch.send(
+            {
+                "op": "hello",
+                "pid": os.getpid(),
+                "torch": torch.__version__,
+                "isolation": {**isolation.status(), "confinement": confine.status()},
+            }
+        )
         while True:
             try:
                 msg = self.ch.recv(max_bytes=1 << 42)  # the parent is trusted: no limit
@@ -315,7 +323,7 @@ class Harness:
 
 def _harness_modules() -> list:
     """The modules whose code decides what this process reports."""
-    return [sys.modules[__name__], audit, measure, transforms, trees, wire, isolation]
+    return [sys.modules[__name__], audit, measure, transforms, trees, wire, isolation, confine]
 
 
 def _bitwise_equal(a, b) -> bool:

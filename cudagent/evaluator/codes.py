@@ -20,6 +20,7 @@ CODES: dict[str, str] = {
     "OUT_OF_MEMORY": "the candidate's process used more host memory than its limit and was killed",
     "NO_RESULT": "the candidate's process ended without sending its result",
     "CUDA_ERROR": "a CUDA error occurred (illegal address, failed or unchecked launch)",
+    "UNCONFINED": "--confine strict was asked for and the candidate's process could not be confined on this machine",
     # --- outputs ---
     "OUTPUT_TYPE": "the output's type or structure differs from the reference (tensor subclasses included)",
     "OUTPUT_SHAPE": "an output tensor has the wrong shape",

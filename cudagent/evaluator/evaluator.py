@@ -23,7 +23,8 @@ import time
 from dataclasses import dataclass, field
 
 import cudagent.build.inline as inline
-import cudagent.evaluator.isolation as isolation
+import cudagent.confine as confine
+import cudagent.isolation as isolation
 from cudagent.build.extension import (
     DEFAULT_BUILD_TIMEOUT_S,
     NVCC_THREADS,
@@ -87,6 +88,9 @@ class EvalOptions:
     # by default, since every open evaluator then holds processes with CUDA contexts (a service with many sessions,
     # a bench of one evaluation per task).
     spare_process: bool = False
+    # Confinement of every process that runs candidate code (confine.py): strict (refuse to run unconfined),
+    # best-effort (what the kernel offers, reported in the verdict) or off. The CLI reads CUDAGENT_CONFINE / --confine.
+    confine: str = confine.DEFAULT_LEVEL
 
 
 class Evaluator:
@@ -185,6 +189,7 @@ class Evaluator:
                 extra_env=self._child_env(ws),
                 memory_limit_bytes=self.options.memory_limit_bytes,
                 zygote=self._fork_server(),
+                confine=self._confinement(ws),
             ) as child:
                 reply = child.request(
                     {
@@ -219,6 +224,12 @@ class Evaluator:
             env["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
             env["NVCC_APPEND_FLAGS"] = " ".join(NVCC_THREADS)
         return env
+
+    def _confinement(self, ws: Workspace) -> confine.Plan:
+        """What a candidate process of this workspace may touch: read the workspace, write load_inline's build
+        directory (and its own scratch, always)."""
+        ws.inline_build_dir.mkdir(parents=True, exist_ok=True)
+        return confine.Plan(self.options.confine, read=[str(ws.root)], write=[str(ws.inline_build_dir)])
 
     # ----- evaluate ---------------------------------------------------------------------------------------------
 
@@ -259,6 +270,9 @@ class Evaluator:
             t1 = time.monotonic()
             child.handshake()
             v.seconds["child_start"] = round(time.monotonic() - t1, 3)  # what the build did not hide
+            v.confinement = child.confinement
+            if not v.confinement.get("confined") or v.confinement.get("notes"):
+                v.notes.append(f"the candidate's process ran {confine.describe(v.confinement)}")
             runner = TrialRunner(
                 self.task, self.device, child, self.options.tolerance, self.options.call_timeout_s, v, extension
             )
@@ -294,13 +308,14 @@ class Evaluator:
 
     # ----- candidate processes -----------------------------------------------------------------------------------
 
-    def _new_process(self, env: dict[str, str]) -> ChildProcess:
+    def _new_process(self, env: dict[str, str], plan: confine.Plan) -> ChildProcess:
         child = ChildProcess(
             extra_env=env,
             device=self.device.kind,
             memory_limit_bytes=self.options.memory_limit_bytes,
             zygote=self._fork_server(),
             warm_profiler=True,
+            confine=plan,
         )
         child.spawn()
         return child
@@ -317,8 +332,8 @@ class Evaluator:
             self.baselines.warm_in_background()
         if self.options.fork_server and self._starting is None and not any(s.alive() for s in self._spares):
             self._fork_server()
-            env = self._child_env(ws)
-            self._starting = StartingProcess(lambda: self._new_process(env))
+            env, plan = self._child_env(ws), self._confinement(ws)
+            self._starting = StartingProcess(lambda: self._new_process(env, plan))
 
     def _adopt_starting(self) -> None:
         if self._starting is not None:
@@ -328,13 +343,13 @@ class Evaluator:
     def _candidate_process(self, ws: Workspace) -> ChildProcess:
         """The oldest spare that is alive and fits this workspace (the readiest), else a new process."""
         self._adopt_starting()
-        env = self._child_env(ws)
+        env, plan = self._child_env(ws), self._confinement(ws)
         while self._spares:
             spare = self._spares.popleft()
-            if spare.extra_env == env and spare.alive():
+            if spare.extra_env == env and spare.confine == plan and spare.alive():
                 return spare
             spare.close()
-        return self._new_process(env)
+        return self._new_process(env, plan)
 
     def _keep_as_spare(self, child: ChildProcess) -> None:
         """A process that was never sent a request (the build failed) serves the next evaluation, first in line."""
@@ -347,7 +362,7 @@ class Evaluator:
         """Once an evaluation is over (nothing is being timed), top the spares up (spare_process)."""
         if self.options.spare_process and self.options.fork_server:
             while len(self._spares) < SPARE_PROCESSES:
-                self._spares.append(self._new_process(self._child_env(ws)))
+                self._spares.append(self._new_process(self._child_env(ws), self._confinement(ws)))
 
     def _phase(self, what: str) -> None:
         if self.options.on_phase is not None:
@@ -382,6 +397,13 @@ class Evaluator:
             )
 
     def _ncu(self, ws: Workspace, ref, v: Verdict) -> None:
+        """Nsight Compute reads the GPU's counters through the candidate's process, which then keeps its privileges
+        and runs unconfined: refused under --confine strict, said in the verdict otherwise."""
+        if self.options.confine == "strict":
+            v.notes.append("the Nsight Compute summary needs an unconfined process; skipped under --confine strict")
+            return
+        if self.options.confine != "off":
+            v.notes.append("the Nsight Compute run replayed the candidate in an unconfined process")
         inputs = self.task.make_inputs(secrets.randbits(62), self.device.kind)
         rows, why = ncu_summary(load_message(self.task, ws, self.device, ref), inputs, self._child_env(ws))
         if v.timing is not None:

@@ -34,6 +34,10 @@ def render(v, detail: bool = False) -> str:
                 f"eager {_g(m['eager'])} ms, compile {_g(m['compile'])} ms -> tier {conf['tier']}"
             )
         lines += _ncu_lines(timing.get("ncu"))
+        if v.confinement is not None:
+            from cudagent.confine import describe
+
+            lines.append(f"  candidate process: {describe(v.confinement)}")
     lines += [f"  note: {f}" for f in v.flags] + [f"  note: {n}" for n in v.notes]
     return "\n".join(lines)
 

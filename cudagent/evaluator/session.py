@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 
+from cudagent.confine import EXIT_UNCONFINED, Plan
 from cudagent.evaluator.wire import DEFAULT_MAX_FRAME, Arena, Channel, ChannelClosed, ChannelTimeout, FrameTooLarge
 from cudagent.evaluator.zygote import Zygote, ZygoteGone
 from cudagent.procs import (
@@ -91,6 +92,7 @@ class ChildProcess:
         memory_limit_bytes: int | None = None,
         zygote: Zygote | None = None,
         warm_profiler: bool = False,
+        confine: Plan | None = None,
     ):
         self.device = device  # the child initializes CUDA while it waits for its first request
         self.zygote = zygote  # fork from it (milliseconds) rather than start a new interpreter (seconds)
@@ -105,6 +107,9 @@ class ChildProcess:
         self.memory_limit_bytes = memory_limit_bytes or physical_memory_bytes() // 2
         self.watchdog: Watchdog | None = None
         self.isolation: dict = {}  # what the child reported of its own isolation (isolation.status())
+        # The candidate's confinement (confine.py): applied before the child imports torch; None for processes that
+        # run no candidate code (the reference's worker). A wrapper (ncu) runs it unconfined: the caller decides.
+        self.confine = None if self.wrapper else confine
 
     def __enter__(self) -> ChildProcess:
         self.start()
@@ -126,6 +131,9 @@ class ChildProcess:
         if self.wrapper:  # a profiler such as ncu reads the GPU's counters through this process: it keeps its rights
             args.append("--keep-privileges")
         env = child_env(self.home, self.extra_env)
+        if self.confine is not None and self.confine.level != "off":
+            env["TMPDIR"] = self.home  # compilers' temporary files: the one place it may write besides the plan's
+            args += ["--confine", self.confine.to_json()]
         self.proc = None
         if self.zygote is not None and not self.wrapper and self.zygote.alive():
             try:
@@ -134,8 +142,7 @@ class ChildProcess:
                 self.proc = None
         if self.proc is None:
             self.proc = subprocess.Popen(
-                [*self.wrapper, sys.executable, "-s", "-m", "cudagent.evaluator.child", *args]
-                + ["--fd", str(theirs.fileno())],
+                [*self.wrapper, sys.executable, "-s", "-m", "cudagent.confine", *args] + ["--fd", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
                 env=env,
                 cwd=self.home,
@@ -154,6 +161,11 @@ class ChildProcess:
         if hello.get("op") != "hello":
             raise ChildFailure("CRASHED", "the evaluation process did not start properly", self.output.text())
         self.isolation = hello.get("isolation") or {}
+
+    @property
+    def confinement(self) -> dict:
+        """What confinement the child reported in its hello (confine.status())."""
+        return self.isolation.get("confinement") or {"level": "off", "confined": False, "notes": []}
 
     def use_arena(self, nbytes: int, device: str) -> None:
         """Let tensors of up to `nbytes` in a message travel through shared memory (wire.Arena) rather than the
@@ -225,6 +237,13 @@ class ChildProcess:
                 "OUT_OF_MEMORY",
                 f"the candidate's process used more than {gib(self.memory_limit_bytes)} of host memory during {what} "
                 "and was killed",
+                self.output.text(),
+            )
+        if code == EXIT_UNCONFINED and self.confine is not None and self.confine.level == "strict":
+            return ChildFailure(
+                "UNCONFINED",
+                "--confine strict: the candidate's process could not be confined on this machine, so it ran nothing "
+                "(`cudagent doctor` says what this kernel offers; --confine best-effort runs it with what there is)",
                 self.output.text(),
             )
         if code is not None and code < 0:

@@ -84,9 +84,9 @@ def _become_child(sock: socket.socket, request: dict, fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         tempfile.tempdir = None  # TMPDIR may differ from the zygote's
-        import cudagent.evaluator.child as child
+        import cudagent.confine as confine
 
-        child.main([*request["argv"], "--fd", str(channel_fd)])  # ends the process itself
+        confine.run_child([*request["argv"], "--fd", str(channel_fd)])  # confines it, then ends the process itself
     except BaseException:  # noqa: BLE001  (whatever happens, this process must never return into the zygote)
         traceback.print_exc()
     finally:
@@ -102,7 +102,7 @@ def main() -> None:
     import torch  # noqa: F401  (the point of the zygote: imported once, shared by every fork)
 
     import cudagent.evaluator.child  # noqa: F401
-    import cudagent.evaluator.isolation as isolation
+    import cudagent.isolation as isolation
 
     isolation.protect_this_process()  # its children are the candidates' processes: closed to them too
 

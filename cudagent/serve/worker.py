@@ -46,15 +46,12 @@ class Session:
 
 class Worker:
     def __init__(self, args):
-        from cudagent.evaluator.evaluator import EvalOptions
         from cudagent.evaluator.where import evaluators
         from cudagent.settings import Settings
 
         self.name = args.name
         self.scratch = Path(args.scratch)
-        self.evaluators = evaluators(
-            device=args.device, options=EvalOptions(fork_server=Settings.from_env().fork_server)
-        )
+        self.evaluators = evaluators(device=args.device, options=Settings.from_env().eval_options())
         self.device = self.evaluators.device_info
         self.idle_s = args.idle
         # the device share's lock for this worker's sessions (their threads): work shares the GPU, a timing has it alone

@@ -1,0 +1,192 @@
+"""The candidate's process is confined (cudagent/confine.py): a kernel that tries to get out with raw system calls,
+at load and in every call, gets nowhere, and the same kernel unconfined shows that each attempt is real.
+
+The attempts (confinement/kernels/escape.cpp): plant a file in the user's $HOME, in the compiler cache, the
+precompiled headers, the baseline cache and the link-audit facts; read another session's scratch; read another
+process's /proc (its command line, its memory) and ptrace it; open a TCP connection and connect to an abstract
+Unix socket, both to listeners this test holds. Each success adds 1 to the output, and most leave a trace the
+test looks for.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cudagent.confine import machine_support
+from cudagent.device.info import resolve_device
+from cudagent.evaluator import EvalOptions, Evaluator
+from cudagent.resources import cache_dir
+from cudagent.task import load_task
+from cudagent.workspace import Workspace
+
+HERE = Path(__file__).parent
+PROBE = HERE / "confinement"
+CACHES = ("objects", "pch", "baselines", "link-baseline")
+
+SUPPORT = machine_support()
+needs_confinement = pytest.mark.skipif(
+    platform.machine() != "x86_64" or SUPPORT["landlock_abi"] < 6 or not SUPPORT["seccomp"],
+    reason=f"needs x86_64 with Landlock ABI 6+ and seccomp (here: {platform.machine()}, {SUPPORT})",
+)
+
+
+class Targets:
+    """What the probe aims at, and how to tell afterwards whether it got there."""
+
+    def __init__(self, scratch: Path):
+        self.token = secrets.token_hex(6)
+        self.plant_dirs = [Path.home()] + [cache_dir() / name for name in CACHES]
+        for d in self.plant_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        other = scratch / "other-session"
+        other.mkdir(exist_ok=True)
+        self.secret = other / "secret.txt"
+        self.secret.write_text("another session's kernel")
+        self.sibling = subprocess.Popen(["sleep", "600"])
+        with open(f"/proc/{self.sibling.pid}/maps") as f:
+            self.sibling_addr = int(f.readline().split("-")[0], 16)
+        self.tcp = socket.socket()
+        self.tcp.bind(("127.0.0.1", 0))
+        self.tcp.listen(8)
+        self.tcp.setblocking(False)
+        self.abstract = socket.socket(socket.AF_UNIX)
+        self.abstract_name = f"cudagent-escape-{self.token}"
+        self.abstract.bind("\0" + self.abstract_name)
+        self.abstract.listen(8)
+        self.abstract.setblocking(False)
+
+    def header(self) -> str:
+        dirs = ", ".join(f'"{d}"' for d in self.plant_dirs)
+        return (
+            f'#define ESCAPE_TOKEN "{self.token}"\n'
+            f"static const char* ESCAPE_PLANT_DIRS[] = {{{dirs}}};\n"
+            f'#define ESCAPE_SECRET "{self.secret}"\n'
+            f"#define ESCAPE_SIBLING {self.sibling.pid}\n"
+            f"#define ESCAPE_SIBLING_ADDR {self.sibling_addr}UL\n"
+            f"#define ESCAPE_TCP_PORT {self.tcp.getsockname()[1]}\n"
+            f'#define ESCAPE_ABSTRACT_NAME "{self.abstract_name}"\n'
+        )
+
+    def traces(self) -> list[str]:
+        """Every attempt that left a mark."""
+        found = [str(p) for d in self.plant_dirs for p in d.glob(f"cudagent-plant-{self.token}-*")]
+        for name, listener in (("tcp", self.tcp), ("abstract", self.abstract)):
+            try:
+                conn, _ = listener.accept()
+                conn.close()
+                found.append(f"a {name} connection")
+            except BlockingIOError:
+                pass
+        return found
+
+    def close(self) -> None:
+        for d in self.plant_dirs:
+            for p in d.glob(f"cudagent-plant-{self.token}-*"):
+                p.unlink()
+        self.sibling.kill()
+        self.sibling.wait()
+        self.tcp.close()
+        self.abstract.close()
+
+
+@pytest.fixture(scope="module")
+def probe_workspace(tmp_path_factory):
+    scratch = tmp_path_factory.mktemp("confinement")
+    targets = Targets(scratch)
+    task = load_task(HERE / "tasks" / "vadd.py")
+    ws = Workspace.create(scratch / "session-ws", task.source)
+    shutil.copy2(PROBE / "kernels" / "escape.cpp", ws.kernels_dir / "escape.cpp")
+    (ws.kernels_dir / "escape_targets.h").write_text(targets.header())
+    shutil.copy2(PROBE / "model_new.py", ws.model_new_py)
+    yield task, ws, targets
+    targets.close()
+
+
+def _evaluate(task, ws, level: str):
+    with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=False, confine=level, stock_trials=1)) as ev:
+        return ev.evaluate(ws)
+
+
+@pytest.mark.slow
+@needs_confinement
+def test_a_confined_candidate_gets_nowhere_and_unconfined_it_would_have(probe_workspace):
+    task, ws, targets = probe_workspace
+    confined = _evaluate(task, ws, "best-effort")
+    assert confined.confinement["confined"], confined.confinement
+    assert confined.correct, f"an escape attempt succeeded under confinement:\n{confined.summary()}"
+    assert targets.traces() == []
+
+    # The control: the same kernel with confinement off does get out (the probe is real, and this test can fail).
+    loose = _evaluate(task, ws, "off")
+    assert not loose.correct and "OUTPUT_MISMATCH" in loose.codes, loose.summary()
+    assert loose.confinement["level"] == "off" and not loose.confinement["confined"]
+    traces = targets.traces()
+    planted = [t for t in traces if "cudagent-plant-" in t]
+    assert any(t.endswith("-load") for t in planted) and any(t.endswith("-call") for t in planted), traces
+    assert len(planted) == 2 * len(targets.plant_dirs), traces  # every directory, at load and in the call
+    assert "a tcp connection" in traces and "a abstract connection" in traces, traces
+    # each success adds 1 to every output element: the error counts them (ptrace and /proc/<pid>/mem of the
+    # sibling leave no trace once the candidate's process is gone, and depend on the machine's Yama setting)
+    assert loose.max_abs_error >= len(traces), (loose.max_abs_error, traces)
+
+
+@pytest.mark.slow
+@needs_confinement
+def test_python_code_of_the_candidate_is_confined_too(tmp_path):
+    """With the static audit off (it rejects file I/O in model_new.py at once), the process itself refuses."""
+    task = load_task(HERE / "tasks" / "vadd.py")
+    ws = Workspace.create(tmp_path / "ws", task.source)
+    victim = Path.home() / f"cudagent-plant-{secrets.token_hex(6)}"
+    ws.model_new_py.write_text(
+        "import torch.nn as nn\n"
+        f"open({str(victim)!r}, 'w').write('planted')\n"
+        "class ModelNew(nn.Module):\n"
+        "    def __init__(self, alpha):\n"
+        "        super().__init__()\n"
+        "        self.alpha = alpha\n"
+        "    def forward(self, a, b):\n"
+        "        return a * self.alpha + b\n"
+    )
+    try:
+        options = EvalOptions(timing=False, audit_static=False, stock_trials=1)
+        with Evaluator(task, resolve_device("cpu"), options) as ev:
+            v = ev.evaluate(ws)
+        assert not victim.exists()
+        assert "IMPORT_FAILED" in v.codes and "Permission denied" in v.error, v.summary()
+    finally:
+        victim.unlink(missing_ok=True)
+
+
+def test_strict_refuses_to_run_what_it_cannot_confine(tmp_path):
+    """Where a mechanism is missing, strict ends the process before any candidate code: here, a seccomp filter for
+    an architecture the kernel does not run is what fails."""
+    import cudagent.confine as confine
+
+    assert confine.LEVELS == ("strict", "best-effort", "off")
+    script = tmp_path / "strict.py"
+    script.write_text(
+        "import platform, sys\n"
+        "platform.machine = lambda: 'sparc64'\n"
+        "import cudagent.confine as c\n"
+        "c.run_child(['--confine', c.Plan('strict').to_json(), '--fd', '0'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-s", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(confine.__file__).parent.parent)},
+    )
+    assert done.returncode == confine.EXIT_UNCONFINED, done.stdout + done.stderr
+    assert "strict confinement is not available here" in done.stdout
+    assert "sparc64" in done.stdout
