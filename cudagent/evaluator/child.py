@@ -50,6 +50,9 @@ class Harness:
         self.last_outputs = None  # kept alive so the allocator cannot legitimately hand their memory out again
         self.timing_sets: list[list] = []
         self.targets: dict = {}
+        self.own_roots: tuple[
+            str, ...
+        ] = ()  # where the candidate's compiled modules come from (runtime_audit.OwnCalls)
 
     # ----- dispatch ----------------------------------------------------------------------------------------
 
@@ -132,6 +135,7 @@ class Harness:
         """Import model_new.py, build ModelNew(*init_inputs), load the reference state_dict (strict)."""
         self._use_device(msg["device"])
         roots = [r for r in (msg.get("build_dir"), msg.get("extensions_dir")) if r]
+        self.own_roots = tuple(roots + [msg["prebuilt_dir"]] if msg.get("prebuilt_dir") else roots)
         if msg.get("build_dir"):
             sys.path.insert(0, msg["build_dir"])
         served = inline.install(msg["prebuilt_dir"]) if msg.get("prebuilt_dir") else None
@@ -185,7 +189,9 @@ class Harness:
         before = [trees.clone(x) for x in inputs]
         audit.poison_free_memory(list(msg.get("poison_nbytes", [])), self.device)
         self._sync()
-        record = audit.record_call(lambda: self.model(*inputs), self.device, bool(msg.get("observe_kernels")))
+        record = audit.record_call(
+            lambda: self.model(*inputs), self.device, bool(msg.get("observe_kernels")), self.own_roots
+        )
         self._sync()
         observed = {
             **record.report(),

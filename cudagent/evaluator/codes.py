@@ -36,7 +36,9 @@ CODES: dict[str, str] = {
     # --- runtime audit ---
     "TORCH_OP_IN_FORWARD": "forward dispatched PyTorch compute ops (from Python or C++); only allocation, views and "
     "metadata are allowed",
-    "NO_CUSTOM_KERNEL": "no kernel of the candidate's own extension ran (CUDA)",
+    "NO_CUSTOM_KERNEL": "no kernel of the candidate's own extension ran (CUDA: in the kernel trace; CPU: none of its "
+    "compiled functions was called); a candidate without compiled code has none",
+    "TENSOR_EXPORT": "forward took tensor data out of torch to compute elsewhere (numpy(), __array__, DLPack, tolist)",
     "SIDE_STREAM": "a kernel ran on a stream other than the caller's",
     "REFERENCE_ACCESS": "the candidate reached the reference model (import of model.py, subclassing Model)",
     "BACKGROUND_THREAD": "the candidate started threads (Python or native)",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from cudagent.evaluator.compare import Comparison, Tolerance, compare
 from cudagent.evaluator.link_audit import LinkedLibrary, kernel_base_name
-from cudagent.evaluator.op_policy import disallowed
+from cudagent.evaluator.op_policy import TORCH_NAMESPACES, disallowed, split_op_name
 from cudagent.evaluator.verdict import Violation
 
 # Modules a forward call may import (lazily, inside torch); any other import during a call is the candidate's.
@@ -49,7 +49,7 @@ def judge_tampering(reply: dict, stage: str) -> list[Violation]:
 def judge_failed_call(reply: dict, trial: str) -> list[Violation]:
     """A call that raised (or a fatal CUDA error), or whose result could not be sent."""
     err = str(reply.get("error", "unknown error")).strip()
-    found = _judge_ops(reply, trial) + judge_tampering(reply, trial)
+    found = _judge_ops(reply, trial) + judge_tampering(reply, trial) + _judge_exits(reply, trial)
     if reply.get("unsendable"):
         found.append(
             Violation(
@@ -114,6 +114,7 @@ def judge_call(
         found.append(Violation("REFERENCE_ACCESS", f"[{trial}] the reference module `model` was imported"))
     if cuda and reply.get("kernels") is not None:
         found.extend(_judge_kernels(reply["kernels"], reply.get("caller_stream"), ext, trial))
+    found.extend(_judge_own_code(reply, ext, cuda, trial))
     comparison = compare(expected, reply.get("outputs"), tol)
     for v in comparison.violations:
         found.append(Violation(v.code, f"[{trial}] {v.message}"))
@@ -149,6 +150,45 @@ def _judge_kernels(
             )
         )
     return found
+
+
+def _judge_own_code(reply: dict, ext: Extension | None, cuda: bool, trial: str) -> list[Violation]:
+    """The candidate's own compiled code must do the work. On CUDA the kernel trace shows it (_judge_kernels) when
+    there is compiled code; on the CPU, Python must have called one of its compiled functions or dispatched one of
+    its own operators. A candidate with no compiled code at all passes on neither device."""
+    found = _judge_exits(reply, trial)
+    own_ops = [name for name in reply.get("ops") or {} if split_op_name(name)[0] not in TORCH_NAMESPACES]
+    if ext is None or ext.defined is None:
+        if not own_ops:
+            found.append(
+                Violation(
+                    "NO_CUSTOM_KERNEL",
+                    f"[{trial}] the candidate has no compiled code of its own; write the computation as C++/CUDA "
+                    "kernels in kernels/ (or with load_inline)",
+                )
+            )
+        return found
+    if not cuda and not reply.get("own_calls") and not own_ops:
+        found.append(
+            Violation(
+                "NO_CUSTOM_KERNEL",
+                f"[{trial}] none of your extension's functions was called during forward; the computation must run "
+                "in your own compiled code",
+            )
+        )
+    return found
+
+
+def _judge_exits(reply: dict, trial: str) -> list[Violation]:
+    if not reply.get("tensor_exits"):
+        return []
+    tried = ", ".join(sorted(reply["tensor_exits"]))
+    return [
+        Violation(
+            "TENSOR_EXPORT",
+            f"[{trial}] forward tried to take tensor data out of torch ({tried}); compute in your own kernels",
+        )
+    ]
 
 
 def _judge_ops(reply: dict, trial: str) -> list[Violation]:

@@ -7,6 +7,10 @@
 - on CUDA, every kernel that ran and its stream, beside a marker kernel launched on the caller's stream;
 - free device memory poisoned before the call, so an output that is never written holds NaN, not a stale answer;
 - launch errors nobody checked (cudaGetLastError);
+- which of the candidate's own compiled functions Python called (OwnCalls): on the CPU no kernel trace says that
+  its own code did the work;
+- the exits from torch to other compute (Tensor.numpy, __array__, DLPack, tolist, from_numpy...), closed for the
+  call's length (TensorExits): a candidate could otherwise compute in NumPy, where no op recorder looks;
 - the harness's own integrity: its functions, their code and its modules, compared after every request with what
   they were before any candidate code was loaded (Sentinel).
 
@@ -86,6 +90,8 @@ class CallRecord:
     hidden: Counter = field(default_factory=Counter)  # "thread N: aten::op" -> count, never seen by the mode
     kernels: list | None = None  # CUDA kernels (name, stream, ns), the marker excluded
     caller_stream: int | None = None
+    own_calls: Counter = field(default_factory=Counter)  # the candidate's compiled functions Python called
+    exits: Counter = field(default_factory=Counter)  # closed exits to other compute the call tried
 
     def report(self) -> dict:
         return {
@@ -96,6 +102,8 @@ class CallRecord:
             "imported": [m for m in self.imported if m.split(".")[0] != "torch"],
             "kernels": self.kernels,
             "caller_stream": self.caller_stream,
+            "own_calls": dict(self.own_calls),
+            "tensor_exits": dict(self.exits),
         }
 
 
@@ -109,12 +117,14 @@ def _all_threads_config():
         return None
 
 
-def record_call(fn, device: torch.device, observe_kernels: bool) -> CallRecord:
-    """Run fn() under the op recorder and the all-thread profiler (and, if asked, CUDA kernel tracing)."""
+def record_call(fn, device: torch.device, observe_kernels: bool, own_roots: tuple[str, ...] = ()) -> CallRecord:
+    """Run fn() under the op recorder and the all-thread profiler (and, if asked, CUDA kernel tracing), with the
+    exits to other compute closed, counting calls into compiled modules loaded from `own_roots`."""
     from torch.profiler import ProfilerActivity, profile
 
     await_profiler_warmup()
     record = CallRecord()
+    own = OwnCalls(own_roots, record.own_calls)
     recorder = OpRecorder(record.ops)
     config = _all_threads_config()
     activities = [ProfilerActivity.CPU] if config is not None else []
@@ -127,8 +137,12 @@ def record_call(fn, device: torch.device, observe_kernels: bool) -> CallRecord:
     def run() -> None:
         modules = set(sys.modules)
         try:
-            with torch.no_grad(), recorder:
-                record.result = fn()
+            with torch.no_grad(), TensorExits(record.exits), recorder:
+                sys.setprofile(own)
+                try:
+                    record.result = fn()
+                finally:
+                    sys.setprofile(None)
         except BaseException as exc:  # noqa: BLE001  (SystemExit from candidate code too: reported, not obeyed)
             record.error = exc
         record.imported = sorted(set(sys.modules) - modules)
@@ -360,6 +374,101 @@ def cuda_last_error() -> str | None:
     if code == 0:
         return None
     return f"{_cudart.cudaGetErrorString(code).decode()} (cudaError {code})"
+
+
+class OwnCalls:
+    """A profile function (sys.setprofile): counts calls from Python into C functions whose code lies in a shared
+    object mapped from the candidate's build directories. pybind11 is header-only, so every extension carries its
+    own dispatcher: a C function's `ml_meth` points into the library that defines it, whatever name or module the
+    function claims (load_inline's modules are not even in sys.modules)."""
+
+    def __init__(self, roots: tuple[str, ...], counts: Counter):
+        self.counts = counts
+        self.ranges = _code_ranges(tuple(str(r) for r in roots if r))
+        self._seen: dict[int, bool] = {}  # PyMethodDef address -> defined by the candidate
+
+    def __call__(self, frame, event: str, arg) -> None:
+        if event != "c_call" or not self.ranges or type(arg) is not _BUILTIN:
+            return
+        method_def = ctypes.c_void_p.from_address(id(arg) + _M_ML_OFFSET).value
+        own = self._seen.get(method_def)
+        if own is None:
+            meth = ctypes.c_void_p.from_address(method_def + _ML_METH_OFFSET).value or 0
+            own = self._seen[method_def] = any(lo <= meth < hi for lo, hi in self.ranges)
+        if own:
+            self.counts[getattr(arg, "__name__", "?")] += 1
+
+
+_BUILTIN = type(len)
+_M_ML_OFFSET = 2 * ctypes.sizeof(ctypes.c_void_p)  # PyCFunctionObject: PyObject_HEAD, then PyMethodDef *m_ml
+_ML_METH_OFFSET = ctypes.sizeof(ctypes.c_void_p)  # PyMethodDef: const char *ml_name, then PyCFunction ml_meth
+
+
+def _code_ranges(roots: tuple[str, ...]) -> list[tuple[int, int]]:
+    """The executable mappings of shared objects loaded from `roots`."""
+    if not roots:
+        return []
+    found = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 6 and "x" in parts[1] and parts[-1].startswith(roots):
+                    lo, hi = parts[0].split("-")
+                    found.append((int(lo, 16), int(hi, 16)))
+    except OSError:
+        pass
+    return found
+
+
+class TensorExits:
+    """For one call, the ways out of torch to compute elsewhere (NumPy through .numpy() or __array__, any DLPack
+    consumer, Python lists, buffers) raise, and each try is counted. Torch's own ops are what the op recorder judges;
+    the candidate's kernels take tensors as they are."""
+
+    def __init__(self, counts: Counter):
+        self.counts = counts
+        self.saved: list[tuple[object, str, object]] = []
+
+    def _closed(self, name: str):
+        counts = self.counts
+
+        def closed(*args, **kwargs):
+            counts[name] += 1
+            raise RuntimeError(f"{name} is closed during forward: compute in your own kernels, not through {name}")
+
+        return closed
+
+    def __enter__(self) -> TensorExits:
+        import torch.utils.dlpack as dlpack
+
+        targets = [  # torch._C.TensorBase cannot change: its methods are shadowed on torch.Tensor
+            (torch.Tensor, "numpy", "Tensor.numpy"),
+            (torch.Tensor, "tolist", "Tensor.tolist"),
+            (torch.Tensor, "__array__", "Tensor.__array__"),
+            (torch.Tensor, "__dlpack__", "Tensor.__dlpack__"),
+            (torch, "from_numpy", "torch.from_numpy"),
+            (torch, "from_dlpack", "torch.from_dlpack"),
+            (torch, "frombuffer", "torch.frombuffer"),
+            (torch, "asarray", "torch.asarray"),
+            (dlpack, "to_dlpack", "torch.utils.dlpack.to_dlpack"),
+            (dlpack, "from_dlpack", "torch.utils.dlpack.from_dlpack"),
+        ]
+        for owner, attr, name in targets:
+            self.saved.append((owner, attr, vars(owner).get(attr, _INHERITED)))
+            setattr(owner, attr, self._closed(name))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for owner, attr, original in reversed(self.saved):
+            if original is _INHERITED:
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, original)
+        self.saved.clear()
+
+
+_INHERITED = object()  # an attribute the class only inherited: removed again afterwards
 
 
 def own_libraries(roots: list[str]) -> list[str]:

@@ -108,6 +108,11 @@ IDENTITY_ATTRS = frozenset(
     "data_ptr _cdata untyped_storage storage _storage _typed_storage _version __array_interface__ "
     "__cuda_array_interface__ unsafe_get_storage".split()
 )
+# Ways out of torch to compute elsewhere (NumPy, DLPack consumers, Python lists, buffers); closed at run time too
+TENSOR_EXITS = frozenset(
+    "numpy __array__ __array_wrap__ __dlpack__ __dlpack_device__ from_numpy from_dlpack to_dlpack frombuffer "
+    "asarray tolist".split()
+)
 OS_ALLOWED = frozenset({"path", "sep", "cpu_count", "getenv", "environ"})
 SYS_ALLOWED = frozenset({"version_info", "platform", "maxsize", "byteorder"})
 ENV_WRITABLE = frozenset({"TORCH_CUDA_ARCH_LIST", "MAX_JOBS"})
@@ -293,6 +298,8 @@ class _Auditor(ast.NodeVisitor):
             self.flag(node, "INTROSPECTION", f"uses `.{node.attr}`: {_ADVICE['INTROSPECTION']}")
         elif node.attr in IDENTITY_ATTRS and id(node) not in self.pointer_arguments:
             self.flag(node, "DATA_PTR_CACHE", f"uses `.{node.attr}`: {_ADVICE['DATA_PTR_CACHE']}")
+        elif node.attr in TENSOR_EXITS:
+            self.flag(node, "TENSOR_EXPORT", f"uses `.{node.attr}`: {_ADVICE['TENSOR_EXPORT']}")
         if not path:  # resolved chains were checked whole; keep walking the others
             self.generic_visit(node)
 
@@ -422,6 +429,7 @@ _ADVICE = {
     "ENV_TAMPER": "environment variables may not be changed (except TORCH_CUDA_ARCH_LIST and MAX_JOBS)",
     "GLOBAL_TORCH_STATE": "torch's global settings may not be changed; they would also change the baselines",
     "INTROSPECTION": "frame, globals and object-graph introspection is not allowed",
+    "TENSOR_EXPORT": "tensor data may not leave torch for NumPy, DLPack or Python lists; compute in your kernels",
     "DATA_PTR_CACHE": "results may not be keyed on tensor identity or storage; compute every call from the inputs",
     "DYNAMIC_CODE": "dynamic code is not allowed; write the code in model_new.py",
     "MONKEY_PATCH": "modules' attributes may not be replaced",
