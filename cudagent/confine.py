@@ -466,4 +466,7 @@ def run_child(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    run_child(sys.argv[1:])
+    # through the module's own name: run as __main__ this file is a second copy, whose status the child never reads
+    import cudagent.confine
+
+    cudagent.confine.run_child(sys.argv[1:])

@@ -142,7 +142,8 @@ def test_a_confined_candidate_gets_nowhere_and_unconfined_it_would_have(probe_wo
 @pytest.mark.slow
 @needs_confinement
 def test_python_code_of_the_candidate_is_confined_too(tmp_path):
-    """With the static audit off (it rejects file I/O in model_new.py at once), the process itself refuses."""
+    """With the static audit off (it rejects file I/O in model_new.py at once), the process itself refuses; the
+    verdict says what held."""
     task = load_task(HERE / "tasks" / "vadd.py")
     ws = Workspace.create(tmp_path / "ws", task.source)
     victim = Path.home() / f"cudagent-plant-{secrets.token_hex(6)}"
@@ -157,10 +158,12 @@ def test_python_code_of_the_candidate_is_confined_too(tmp_path):
         "        return a * self.alpha + b\n"
     )
     try:
-        options = EvalOptions(timing=False, audit_static=False, stock_trials=1)
+        # a process started anew (no fork server): confined before it imports torch
+        options = EvalOptions(timing=False, audit_static=False, stock_trials=1, fork_server=False)
         with Evaluator(task, resolve_device("cpu"), options) as ev:
             v = ev.evaluate(ws)
         assert not victim.exists()
+        assert v.confinement["confined"] and v.confinement["notes"] == [], v.confinement
         assert "IMPORT_FAILED" in v.codes and "Permission denied" in v.error, v.summary()
     finally:
         victim.unlink(missing_ok=True)
