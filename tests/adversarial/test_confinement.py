@@ -64,12 +64,12 @@ class Targets:
         self.abstract.listen(8)
         self.abstract.setblocking(False)
 
-    def header(self) -> str:
+    def header(self, secret: Path | None = None) -> str:
         dirs = ", ".join(f'"{d}"' for d in self.plant_dirs)
         return (
             f'#define ESCAPE_TOKEN "{self.token}"\n'
             f"static const char* ESCAPE_PLANT_DIRS[] = {{{dirs}}};\n"
-            f'#define ESCAPE_SECRET "{self.secret}"\n'
+            f'#define ESCAPE_SECRET "{secret or self.secret}"\n'
             f"#define ESCAPE_SIBLING {self.sibling.pid}\n"
             f"#define ESCAPE_SIBLING_ADDR {self.sibling_addr}UL\n"
             f"#define ESCAPE_TCP_PORT {self.tcp.getsockname()[1]}\n"
@@ -193,3 +193,39 @@ def test_strict_refuses_to_run_what_it_cannot_confine(tmp_path):
     assert done.returncode == confine.EXIT_UNCONFINED, done.stdout + done.stderr
     assert "strict confinement is not available here" in done.stdout
     assert "sparc64" in done.stdout
+
+
+@pytest.mark.slow
+@needs_confinement
+def test_a_serve_sessions_candidate_cannot_reach_another_sessions_files(tmp_path, cpu_service):
+    """Through a real `cudagent serve`: the probe runs in a session of its own and aims at a file of another
+    session's directory in the service's scratch (written there by this test, as a concurrent session's would be),
+    and at the rest."""
+    import glob
+    import json
+
+    from tests.agent.episodes import cli_env, cudagent
+    from tests.serve.service_proc import TOKEN
+
+    scratch = sorted(glob.glob("/tmp/cudagent-serve-*/cpu-scratch"), key=os.path.getmtime)
+    assert scratch, "the service keeps no scratch where sessions live"
+    other = Path(scratch[-1]) / f"other-session-{secrets.token_hex(8)}"
+    other.mkdir()
+    (other / "model_new.py").write_text("another session's kernel")
+    targets = Targets(tmp_path)
+    try:
+        candidate = tmp_path / "probe"
+        (candidate / "kernels").mkdir(parents=True)
+        shutil.copy2(PROBE / "kernels" / "escape.cpp", candidate / "kernels" / "escape.cpp")
+        (candidate / "kernels" / "escape_targets.h").write_text(targets.header(secret=other / "model_new.py"))
+        shutil.copy2(PROBE / "model_new.py", candidate / "model_new.py")
+        env = {**cli_env(tmp_path / "home", None), "CUDAGENT_EVALUATOR_TOKEN": TOKEN}
+        argv = ["check", str(HERE / "tasks" / "vadd.py"), str(candidate), "--json", "--no-timing"]
+        done = cudagent([*argv, "--evaluator", cpu_service.url], env)
+        verdict = json.loads(done.stdout)
+        assert verdict["confinement"]["confined"], verdict["confinement"]
+        assert verdict["correct"], f"an escape attempt succeeded in a serve session: {verdict['error']}"
+        assert targets.traces() == []
+    finally:
+        targets.close()
+        shutil.rmtree(other)
