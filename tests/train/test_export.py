@@ -61,10 +61,10 @@ def test_a_stages_checkpoint_becomes_the_next_stages_model(base_model, tmp_path,
     kept = tmp_path / "kept.jsonl"
     kept.write_text(json.dumps({"prompt_ids": [1, 2], "response_ids": [3], "response_mask": [1], "reward": 3,
                                 "task": "t", "valid_calls": 1, "invalid_calls": 0}) + "\n")  # fmt: skip
-    nxt = _cli("--stage", "rft", "--data", str(kept), "--model", str(hf), "--gpus", "1", "--dry-run")
+    nxt = _cli("--stage", "rft", "--data", str(kept), "--model", str(hf), "--gpus", "8", "--dry-run")
     assert nxt.returncode == 0, nxt.stderr
     assert f"model.path={hf.resolve()}" in nxt.stdout  # absolute: a Ray job runs elsewhere
-    refused = _cli("--stage", "rft", "--data", str(kept), "--model", str(run), "--gpus", "1", "--dry-run")
+    refused = _cli("--stage", "rft", "--data", str(kept), "--model", str(run), "--gpus", "8", "--dry-run")
     assert refused.returncode == 2 and "is a training run, not a model" in refused.stderr, refused.stderr
     assert str(hf) in refused.stderr
 
