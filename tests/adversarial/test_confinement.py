@@ -229,3 +229,24 @@ def test_a_serve_sessions_candidate_cannot_reach_another_sessions_files(tmp_path
     finally:
         targets.close()
         shutil.rmtree(other)
+
+
+@pytest.mark.slow
+def test_doctor_says_what_a_candidate_would_get_and_bad_levels_are_one_sentence(tmp_path):
+    import json
+
+    from tests.agent.episodes import cli_env, cudagent
+
+    env = cli_env(tmp_path / "home", None)
+    rows = {}
+    for level in ("best-effort", "off"):
+        done = cudagent(["doctor", "--no-server", "--device", "cpu", "--json"], {**env, "CUDAGENT_CONFINE": level})
+        rows[level] = next(c for c in json.loads(done.stdout)["checks"] if c["name"] == "candidate confinement")
+    assert rows["off"]["ok"] is False and "unconfined (--confine off)" in rows["off"]["detail"]
+    if SUPPORT["landlock_abi"] >= 6 and SUPPORT["seccomp"]:
+        assert rows["best-effort"]["ok"] is True and "Landlock ABI" in rows["best-effort"]["detail"], rows
+    bad = cudagent(["check", "task.py", "cand", "--confine", "loose"], env)
+    said = " ".join(bad.stderr.replace("│", " ").split())  # typer's error box wraps lines
+    assert bad.returncode == 2 and "'loose' is not a confinement level; use strict, best-effort or off" in said
+    bad_env = cudagent(["doctor", "--no-server", "--json"], {**env, "CUDAGENT_CONFINE": "loose"})
+    assert bad_env.returncode == 2 and "CUDAGENT_CONFINE='loose' is not a level" in bad_env.stderr, bad_env.stderr
