@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 LEVELS = ("strict", "best-effort", "off")
 DEFAULT_LEVEL = "best-effort"
 EXIT_UNCONFINED = 78  # sysexits' EX_CONFIG: strict confinement was asked for and this machine cannot give it
+EXIT_CUDA_CONFINED = 79  # confined, CUDA would not start: a device file or driver path the grants do not cover
 
 # ----- Landlock (include/uapi/linux/landlock.h) -----------------------------------------------------------------
 

@@ -356,8 +356,14 @@ def main(argv: list[str] | None = None) -> None:
     if not args.keep_privileges:
         isolation.drop_privileges()  # before any candidate code: the evaluator's memory stays closed to it
     if args.device == "cuda":  # create the context now, while the parent is still busy (building, say)
-        torch.cuda.init()
-        torch.empty(1, device="cuda")
+        try:
+            torch.cuda.init()
+            torch.empty(1, device="cuda")
+        except Exception as exc:  # noqa: BLE001
+            if confine.status()["level"] == "off":
+                raise
+            print(f"cudagent: CUDA could not start in the confined process: {exc}", flush=True)
+            os._exit(confine.EXIT_CUDA_CONFINED)
     if args.warm_profiler:
         audit.start_profiler_warmup(cuda=args.device == "cuda")
     sock = socket.socket(fileno=args.fd)

@@ -8,7 +8,7 @@ outputs computed here, after the candidate's, and never sent anywhere; this proc
 candidate's process holds no capabilities (isolation.py). An Evaluator serves one task on one device and keeps a
 clean reference worker alive for its whole life; use it as a context manager (or call close()). Several evaluators
 may share a device (a bench's tasks): what runs on it takes a share, timings take it alone (device/share.py).
-Kept in one module of a little under 500 lines: every step lives elsewhere; what is here is their order and the life
+Kept in one module of about 500 lines: every step lives elsewhere; what is here is their order and the life
 of the processes they run in (zygote, spares), which only make sense read together.
 """
 
@@ -118,6 +118,7 @@ class Evaluator:
         self._zygote_home: str | None = None
         self._spares: collections.deque[ChildProcess] = collections.deque()  # oldest first
         self._starting: StartingProcess | None = None  # started before the task check (_start_early)
+        self._unconfined_why: str | None = None  # best-effort: why this evaluator's candidates now run unconfined
 
     def validate(self) -> None:
         """Check the task once (it loads, runs, is deterministic: task.validate_task); a broken one raises TaskError.
@@ -229,7 +230,8 @@ class Evaluator:
         """What a candidate process of this workspace may touch: read the workspace, write load_inline's build
         directory (and its own scratch, always)."""
         ws.inline_build_dir.mkdir(parents=True, exist_ok=True)
-        return confine.Plan(self.options.confine, read=[str(ws.root)], write=[str(ws.inline_build_dir)])
+        level = "off" if self._unconfined_why else self.options.confine
+        return confine.Plan(level, read=[str(ws.root)], write=[str(ws.inline_build_dir)])
 
     # ----- evaluate ---------------------------------------------------------------------------------------------
 
@@ -268,10 +270,12 @@ class Evaluator:
                 return self._finish(v, t0)
             self._phase("verifying on fresh inputs")
             t1 = time.monotonic()
-            child.handshake()
+            child = self._handshake(child, ws)
             v.seconds["child_start"] = round(time.monotonic() - t1, 3)  # what the build did not hide
             v.confinement = child.confinement
-            if not v.confinement.get("confined") or v.confinement.get("notes"):
+            if self._unconfined_why:
+                v.notes.append(f"the candidate's process ran unconfined under best-effort: {self._unconfined_why}")
+            elif not v.confinement.get("confined") or v.confinement.get("notes"):
                 v.notes.append(f"the candidate's process ran {confine.describe(v.confinement)}")
             runner = TrialRunner(
                 self.task, self.device, child, self.options.tolerance, self.options.call_timeout_s, v, extension
@@ -350,6 +354,22 @@ class Evaluator:
                 return spare
             spare.close()
         return self._new_process(env, plan)
+
+    def _handshake(self, child: ChildProcess, ws: Workspace) -> ChildProcess:
+        """The candidate process's hello. Under best-effort, a process in which CUDA would not start confined is
+        replaced by an unconfined one, and so are this evaluator's later ones (each verdict says so); strict
+        rejects (UNCONFINED)."""
+        try:
+            child.handshake()
+            return child
+        except ChildFailure as failure:
+            if failure.code != "UNCONFINED" or self.options.confine != "best-effort":
+                raise
+            child.close()
+            self._unconfined_why = f"{failure.message}: {_tail(failure.output, 300).strip()}"
+        child = self._new_process(self._child_env(ws), self._confinement(ws))
+        child.handshake()
+        return child
 
     def _keep_as_spare(self, child: ChildProcess) -> None:
         """A process that was never sent a request (the build failed) serves the next evaluation, first in line."""

@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 
-from cudagent.confine import EXIT_UNCONFINED, Plan
+from cudagent.confine import EXIT_CUDA_CONFINED, EXIT_UNCONFINED, Plan
 from cudagent.evaluator.wire import DEFAULT_MAX_FRAME, Arena, Channel, ChannelClosed, ChannelTimeout, FrameTooLarge
 from cudagent.evaluator.zygote import Zygote, ZygoteGone
 from cudagent.procs import (
@@ -244,6 +244,13 @@ class ChildProcess:
                 "UNCONFINED",
                 "--confine strict: the candidate's process could not be confined on this machine, so it ran nothing "
                 "(`cudagent doctor` says what this kernel offers; --confine best-effort runs it with what there is)",
+                self.output.text(),
+            )
+        if code == EXIT_CUDA_CONFINED and self.confine is not None:
+            return ChildFailure(
+                "UNCONFINED",
+                f"CUDA could not start in the confined candidate process (--confine {self.confine.level}); "
+                "`cudagent doctor` says what this machine offers",
                 self.output.text(),
             )
         if code is not None and code < 0:

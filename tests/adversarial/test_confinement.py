@@ -33,6 +33,14 @@ PROBE = HERE / "confinement"
 CACHES = ("objects", "pch", "baselines", "link-baseline")
 
 SUPPORT = machine_support()
+
+
+def torch_has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 needs_confinement = pytest.mark.skipif(
     platform.machine() != "x86_64" or SUPPORT["landlock_abi"] < 6 or not SUPPORT["seccomp"],
     reason=f"needs x86_64 with Landlock ABI 6+ and seccomp (here: {platform.machine()}, {SUPPORT})",
@@ -250,3 +258,25 @@ def test_doctor_says_what_a_candidate_would_get_and_bad_levels_are_one_sentence(
     assert bad.returncode == 2 and "'loose' is not a confinement level; use strict, best-effort or off" in said
     bad_env = cudagent(["doctor", "--no-server", "--json"], {**env, "CUDAGENT_CONFINE": "loose"})
     assert bad_env.returncode == 2 and "CUDAGENT_CONFINE='loose' is not a level" in bad_env.stderr, bad_env.stderr
+
+
+@pytest.mark.skipif(torch_has_cuda(), reason="needs a machine where CUDA cannot start")
+@pytest.mark.parametrize("level", ["strict", "best-effort", "off"])
+def test_a_process_whose_cuda_will_not_start_confined_says_so(level):
+    """The evaluator's best-effort falls back to an unconfined process on this failure (and says so in each verdict);
+    here CUDA cannot start at all, which the confined process reports the same way, and an unconfined one as a crash."""
+    from cudagent.confine import Plan
+    from cudagent.evaluator.session import ChildFailure, ChildProcess
+
+    child = ChildProcess(device="cuda", confine=Plan(level))
+    try:
+        child.spawn()
+        with pytest.raises(ChildFailure) as failure:
+            child.handshake()
+    finally:
+        child.close()
+    if level == "off":
+        assert failure.value.code == "CRASHED", failure.value.message
+    else:
+        assert failure.value.code == "UNCONFINED", failure.value.message
+        assert "CUDA could not start in the confined candidate process" in failure.value.message
