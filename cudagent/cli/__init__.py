@@ -16,6 +16,7 @@ import cudagent.cli.bench as _bench
 import cudagent.cli.check as _check  # each module registers its commands on `app`
 import cudagent.cli.data as _data
 import cudagent.cli.doctor as _doctor
+import cudagent.cli.hotspots as _hotspots
 import cudagent.cli.optimize as _optimize
 import cudagent.cli.review as _review
 import cudagent.cli.serve as _serve
@@ -23,7 +24,7 @@ import cudagent.cli.train as _train
 from cudagent.cli.app import app
 from cudagent.errors import CudagentError, ExitCode
 
-del _check, _data, _doctor, _optimize, _review, _bench, _serve, _train
+del _check, _data, _doctor, _hotspots, _optimize, _review, _bench, _serve, _train
 
 
 def main() -> None:

@@ -1,0 +1,95 @@
+"""`cudagent hotspots`: where a user's own model spends its time, ranked by module and operator."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+
+from cudagent.cli.app import app
+from cudagent.cli.options import device_option
+from cudagent.errors import ExitCode
+
+MODEL_HELP = (
+    "The file that defines your nn.Module, with its class: model.py:Block (or model.py when it defines one). "
+    "Not with --hf."
+)
+
+
+@app.command(
+    epilog="Examples:\n\n"
+    "  cudagent hotspots model.py:Block --inputs 'x=bf16[8,1024,768]'\n\n"
+    "  cudagent hotspots model.py:Block --init '[768]' --example run_model.py\n\n"
+    "  cudagent hotspots --hf ./gpt2-config --inputs 'input_ids=i64[4,256]<50257'\n\n"
+    "Inputs: name=dtype[shape] for tensors (f32 f16 bf16 f64 i64 i32 i8 u8 bool; <N bounds integers), Python "
+    "values as they are, several separated by commas; positional ones first. Exit code 0 when the model ran, 2 for "
+    "a model or inputs that cannot be used, 3 for a machine that cannot run it."
+)
+def hotspots(
+    target: str = typer.Argument(None, help=MODEL_HELP, show_default=False),
+    module: str = typer.Option(None, help="The module class, when the file defines several (or use FILE:CLASS)."),
+    inputs: str = typer.Option(None, help="Example inputs, e.g. 'x=bf16[8,1024,768], mask=bool[8,1024]'."),
+    init: str = typer.Option(None, help="Constructor arguments: a Python list, or a dict of keywords."),
+    example: Path = typer.Option(None, help="A script that runs your model: its first call gives the inputs."),
+    hf: Path = typer.Option(None, help="A transformers model directory (a config alone: random weights)."),
+    device: str = device_option("Where to run the model: the GPU, or the CPU."),
+    iterations: int = typer.Option(5, help="Calls profiled (after two warm-up calls)."),
+    top: int = typer.Option(15, help="Spots shown in the table and the chart."),
+    out: Path = typer.Option(
+        None, help="Where hotspots.json, hotspots.md and hotspots.png go (default: hotspots/ in cudagent's home)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the ranking as one JSON object."),
+) -> None:
+    """Profile a user's own model (not a KernelBench task) and rank where its time goes: leaf modules, and the
+    operators each module's own forward calls, with their share of the time, calls, shapes and dtypes."""
+    from cudagent.device.info import resolve_device
+    from cudagent.settings import Settings
+    from cudagent.usermodel.hotspots import find_hotspots
+    from cudagent.usermodel.loading import UserModelError, load_user_model
+
+    if iterations <= 0 or top <= 0:
+        raise typer.BadParameter("must be positive", param_hint="--iterations / --top")
+    dev = resolve_device(device)
+    user = load_user_model(target, module, inputs, init, example, hf)
+    model, args, kwargs = user.make(seed=0, device=dev.kind)
+    try:
+        found = find_hotspots(model, args, kwargs, dev.kind, user.name, iterations)
+    except Exception as exc:  # noqa: BLE001  (the user's forward on these inputs)
+        raise UserModelError(
+            f"{user.name} raised {type(exc).__name__} on the inputs {user.inputs.text()}: {str(exc).splitlines()[0]}; "
+            "check --inputs (or the script's call)"
+        ) from None
+    directory = out or Settings.from_env().home / "hotspots" / f"{_stem(user.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    directory.mkdir(parents=True, exist_ok=True)
+    record = {**found.to_dict(), "inputs": user.inputs.text(), "built": user.source, "notes": user.notes}
+    (directory / "hotspots.json").write_text(json.dumps(record, indent=2) + "\n")
+    (directory / "hotspots.md").write_text(found.markdown(top))
+    found.chart(str(directory / "hotspots.png"), top)
+    if as_json:
+        typer.echo(json.dumps({**record, "directory": str(directory)}))
+    else:
+        _print(found, user, top, directory)
+    raise typer.Exit(int(ExitCode.OK))
+
+
+def _print(found, user, top: int, directory: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = found.table(top)
+    table = Table(title=f"{user.name} on {found.device}: {found.wall_ms:.3f} ms a call ({user.inputs.text()})")
+    for col in rows[0]:
+        table.add_column(col, overflow="fold")
+    for row in rows[1:]:
+        table.add_row(*row)
+    console = Console(stderr=False)
+    console.print(table)
+    for note in user.notes:
+        typer.echo(f"note: {note}", err=True)
+    typer.echo(f"saved in {directory}", err=True)
+
+
+def _stem(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in name).strip("-").lower()

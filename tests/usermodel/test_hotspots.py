@@ -1,0 +1,119 @@
+"""`cudagent hotspots` on a user's own model: the three input routes, a transformers model from a config alone, the
+files it saves, and one sentence for each bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.agent.episodes import cli_env, cudagent
+
+HERE = Path(__file__).parent
+MODEL = HERE / "model.py"
+
+
+def _run(tmp_path, *args, cwd=None):
+    return cudagent(["hotspots", *args, "--device", "cpu", "--iterations", "2"], cli_env(tmp_path / "home", None), cwd)
+
+
+def _json(done):
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def _spots(record) -> dict:
+    return {s["spot"]: s for s in record["spots"]}
+
+
+@pytest.mark.slow
+def test_written_inputs_rank_the_leaf_modules_and_the_ops_of_each_forward(tmp_path):
+    out = tmp_path / "o"
+    record = _json(_run(tmp_path, f"{MODEL}:Stack", "--inputs", "x=f32[8,32,64]", "--json", "--out", str(out)))
+    spots = _spots(record)
+    # every leaf module of the two blocks and the head, each with the inputs it saw
+    for i in (0, 1):
+        assert spots[f"blocks.{i}.fc1"]["kind"] == "Linear" and spots[f"blocks.{i}.fc1"]["shapes"] == ["8x32x64"]
+        assert spots[f"blocks.{i}.fc2"]["shapes"] == ["8x32x256"] and spots[f"blocks.{i}.act"]["kind"] == "GELU"
+        assert spots[f"blocks.{i}.norm"]["kind"] == "LayerNorm"
+        assert spots[f"blocks.{i}: aten::add"]["calls"] == 1  # the residual, an op of the block's own forward
+    assert spots["(model): aten::softmax"]["dtypes"] == ["float32"]
+    assert spots["head"]["calls"] == 1 and spots["head"]["dtypes"] == ["float32"]
+    shares = [s["share"] for s in record["spots"]]
+    assert shares == sorted(shares, reverse=True) and abs(sum(shares) - 1) < 1e-6
+    assert [s["rank"] for s in record["spots"]] == list(range(1, len(shares) + 1))
+    assert record["inputs"] == "x=float32[8,32,64]" and record["total_ms"] > 0 and record["wall_ms"] > 0
+    assert (out / "hotspots.png").read_bytes().startswith(b"\x89PNG")
+    assert "| 1 |" in (out / "hotspots.md").read_text() and json.loads((out / "hotspots.json").read_text())
+
+
+@pytest.mark.slow
+def test_get_inputs_in_the_file_and_a_captured_call_give_the_inputs(tmp_path):
+    with_inputs = tmp_path / "with_inputs.py"
+    with_inputs.write_text(
+        MODEL.read_text() + "\n\nimport torch\n\n\ndef get_inputs():\n    return [torch.randn(2, 8, 48)]\n\n\n"
+        "def get_init_inputs():\n    return [48, 1]\n"
+    )
+    spots = _spots(_json(_run(tmp_path, f"{with_inputs}:Stack", "--json")))
+    assert spots["blocks.0.fc1"]["shapes"] == ["2x8x48"] and "blocks.1.fc1" not in spots  # depth 1 from init
+
+    # --example: the script builds Stack(dim=32, depth=3) and calls it; the call's shapes come back, and with
+    # --init saying how to build it, its three blocks
+    captured = _json(
+        _run(
+            tmp_path,
+            f"{MODEL}:Stack",
+            "--example",
+            str(HERE / "run_model.py"),
+            "--init",
+            "{'dim': 32, 'depth': 3}",
+            "--json",
+        )
+    )
+    assert captured["inputs"] == "float32[4,16,32]"  # the script passed it positionally
+    assert _spots(captured)["blocks.2.fc1"]["shapes"] == ["4x16x32"]
+    assert "with the weights --example ran" in captured["built"]
+
+
+@pytest.mark.slow
+def test_a_transformers_model_from_a_config_alone(tmp_path):
+    from transformers import GPT2Config
+
+    directory = tmp_path / "gpt2-tiny"
+    config = GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=500, n_positions=64, bos_token_id=0, eos_token_id=0)
+    config.save_pretrained(directory)
+    record = _json(_run(tmp_path, "--hf", str(directory), "--inputs", "input_ids=i64[2,32]<500", "--json"))
+    spots = _spots(record)
+    assert record["model"] == "hf:gpt2-tiny" and record["notes"] == [
+        "no weights in the directory: built from its config with random weights"
+    ]
+    assert spots["h.0.mlp.c_fc"]["kind"] == "Conv1D" and spots["h.0.mlp.c_fc"]["shapes"] == ["2x32x64"]
+    assert any(s.startswith("h.1.attn: ") for s in spots)  # the attention's own ops, beside its projections
+    default = _json(_run(tmp_path, "--hf", str(directory), "--json"))  # no --inputs: ids within vocabulary, positions
+    assert default["inputs"] == "input_ids=int64[1,64]<500"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["missing.py:Block"], "missing.py does not exist; give the Python file that defines your module"),
+        ([f"{MODEL}:Nope", "--inputs", "x=f32[2]"], "defines no module class Nope (its module classes: Block, Stack)"),
+        ([str(MODEL), "--inputs", "x=f32[2]"], "defines several module classes (Block, Stack); name one, e.g."),
+        ([f"{MODEL}:Block"], "has no example inputs: give --inputs 'x=f32[8,1024]', --example script.py"),
+        ([f"{MODEL}:Block", "--inputs", "x=q8[2,64]"], "unknown dtype 'q8'"),
+        ([f"{MODEL}:Block", "--inputs", "x=f32[2,64"], "is neither a tensor (like bf16[8,1024]) nor a Python value"),
+        ([f"{MODEL}:Block", "--inputs", "x=f32[2,63]"], "model.py:Block raised RuntimeError on the inputs"),
+        ([f"{MODEL}:Block", "--init", "[", "--inputs", "x=f32[2,64]"], "is not a Python list or dict of values"),
+        ([f"{MODEL}:Block", "--init", "[1, 2, 3, 4]", "--inputs", "x=f32[2,64]"], "could not be built (TypeError"),
+        ([f"{MODEL}:Block", "--example", str(MODEL)], "ran without calling a Block from model.py"),
+        (["--hf", str(HERE)], "holds no config.json; give a transformers model directory"),
+    ],
+)
+def test_bad_input_is_one_sentence_and_exit_2(tmp_path, args, said):
+    done = _run(tmp_path, *args)
+    assert done.returncode == 2, done.stderr[-2000:]
+    message = done.stderr.strip().splitlines()[-1]
+    assert message.startswith("cudagent: ") and said in message, done.stderr[-2000:]
+    assert not (tmp_path / "home" / "hotspots").exists()  # nothing saved for a run that did not happen
