@@ -37,6 +37,11 @@ def hotspots(
     device: str = device_option("Where to run the model: the GPU, or the CPU."),
     iterations: int = typer.Option(5, help="Calls profiled (after two warm-up calls)."),
     top: int = typer.Option(15, help="Spots shown in the table and the chart."),
+    tasks: int = typer.Option(
+        0,
+        help="Turn the first N spots into task files (tasks/ beside the table), each at its inputs with the model's "
+        "weights and validated; `cudagent optimize` takes each of them.",
+    ),
     out: Path = typer.Option(
         None, help="Where hotspots.json, hotspots.md and hotspots.png go (default: hotspots/ in cudagent's home)."
     ),
@@ -49,8 +54,8 @@ def hotspots(
     from cudagent.usermodel.hotspots import find_hotspots
     from cudagent.usermodel.loading import UserModelError, load_user_model
 
-    if iterations <= 0 or top <= 0:
-        raise typer.BadParameter("must be positive", param_hint="--iterations / --top")
+    if iterations <= 0 or top <= 0 or tasks < 0:
+        raise typer.BadParameter("must be positive", param_hint="--iterations / --top / --tasks")
     dev = resolve_device(device)
     user = load_user_model(target, module, inputs, init, example, hf)
     model, args, kwargs = user.make(seed=0, device=dev.kind)
@@ -64,6 +69,11 @@ def hotspots(
     directory = out or Settings.from_env().home / "hotspots" / f"{_stem(user.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
     directory.mkdir(parents=True, exist_ok=True)
     record = {**found.to_dict(), "inputs": user.inputs.text(), "built": user.source, "notes": user.notes}
+    if tasks:
+        from cudagent.usermodel.extract import extract_spots
+
+        extracted = extract_spots(model, found, tasks, directory / "tasks", dev.kind, user.name)
+        record["tasks"] = [e.to_dict() for e in extracted]
     (directory / "hotspots.json").write_text(json.dumps(record, indent=2) + "\n")
     (directory / "hotspots.md").write_text(found.markdown(top))
     found.chart(str(directory / "hotspots.png"), top)
@@ -71,6 +81,9 @@ def hotspots(
         typer.echo(json.dumps({**record, "directory": str(directory)}))
     else:
         _print(found, user, top, directory)
+        for e in record.get("tasks", []):
+            said = f"task {e['task']}" if e["task"] else f"no task: {e['reason']}"
+            typer.echo(f"spot {e['spot']} ({100 * e['share']:.1f}%): {said}", err=True)
     raise typer.Exit(int(ExitCode.OK))
 
 

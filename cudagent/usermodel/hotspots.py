@@ -14,6 +14,8 @@ import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
+from cudagent.usermodel.inputs import InputSpecError, describe
+
 LABEL = "cudagent.module::"
 
 
@@ -37,9 +39,12 @@ class Hotspots:
     total_ms: float  # attributed time per model call
     wall_ms: float  # one model call, end to end, outside the profiler (median of the timed calls)
     spots: list[Spot]
+    module_inputs: dict = field(default_factory=dict)  # module path -> Inputs of its first call (extract.py)
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "spots": [asdict(s) for s in self.spots]}
+        d = asdict(self)
+        d.pop("module_inputs")
+        return {**d, "spots": [asdict(s) for s in self.spots]}
 
     def table(self, top: int = 15) -> list[list[str]]:
         rows = [["#", "spot", "kind", "share", "ms/call", "calls", "shapes", "dtypes"]]
@@ -97,6 +102,7 @@ def find_hotspots(model, args: list, kwargs: dict, device: str, name: str, itera
     named = dict(model.named_modules())
     leaves = {n for n, m in named.items() if not list(m.children())}
     first_inputs: dict[str, tuple[list[str], list[str]]] = {}
+    module_inputs: dict = {}
     open_ranges: list = []
 
     def pre(path):
@@ -104,6 +110,10 @@ def find_hotspots(model, args: list, kwargs: dict, device: str, name: str, itera
             if path not in first_inputs:
                 tensors = [a for a in hook_args if isinstance(a, torch.Tensor)]
                 first_inputs[path] = (_shapes(tensors), [str(t.dtype).removeprefix("torch.") for t in tensors])
+                try:
+                    module_inputs[path] = describe(hook_args, {})
+                except InputSpecError:
+                    pass  # a list of tensors: shown, never extracted
             rf = record_function(LABEL + path)
             rf.__enter__()
             open_ranges.append(rf)
@@ -141,7 +151,9 @@ def find_hotspots(model, args: list, kwargs: dict, device: str, name: str, itera
     finally:
         for h in handles:
             h.remove()
-    return _rank(prof.events(), leaves, named, first_inputs, cuda, iterations, name, device, sorted(walls))
+    found = _rank(prof.events(), leaves, named, first_inputs, cuda, iterations, name, device, sorted(walls))
+    found.module_inputs = module_inputs
+    return found
 
 
 def _rank(events, leaves, named, first_inputs, cuda, iterations, name, device, walls) -> Hotspots:

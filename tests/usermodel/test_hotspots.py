@@ -117,3 +117,33 @@ def test_bad_input_is_one_sentence_and_exit_2(tmp_path, args, said):
     message = done.stderr.strip().splitlines()[-1]
     assert message.startswith("cudagent: ") and said in message, done.stderr[-2000:]
     assert not (tmp_path / "home" / "hotspots").exists()  # nothing saved for a run that did not happen
+
+
+@pytest.mark.slow
+def test_the_top_spots_become_validated_tasks_with_the_models_weights(tmp_path):
+    import importlib.util
+
+    import torch
+
+    out = tmp_path / "o"
+    record = _json(
+        _run(tmp_path, f"{MODEL}:Stack", "--inputs", "x=f32[4,16,64]", "--tasks", "30", "--json", "--out", str(out))
+    )
+    extracted = {e["spot"]: e for e in record["tasks"]}
+    assert len(extracted) == len(record["spots"])  # every spot: a task or a reason
+    for spot in ("blocks.0.fc1", "blocks.1.fc2", "blocks.0.norm", "head"):
+        assert extracted[spot]["task"] and Path(extracted[spot]["task"]).parent == out / "tasks", extracted[spot]
+    assert "not a module; only modules become tasks so far" in extracted["(model): aten::softmax"]["reason"]
+
+    spec = importlib.util.spec_from_file_location("fc1_task", extracted["blocks.1.fc1"]["task"])
+    task = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(task)
+    from tests.usermodel.model import Stack
+
+    torch.manual_seed(0)  # how the model was built (loading.py): the task holds those weights, not new ones
+    original = Stack().eval()
+    reference = task.Model().eval()
+    torch.testing.assert_close(reference.op.weight, original.blocks[1].fc1.weight, rtol=0, atol=0)
+    (x,) = task.get_inputs()
+    assert x.shape == (4, 16, 64) and x.dtype == torch.float32
+    torch.testing.assert_close(reference(x), original.blocks[1].fc1(x))

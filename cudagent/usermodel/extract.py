@@ -1,0 +1,132 @@
+"""A model's hot spots as tasks: each leaf module among the top spots becomes a KernelBench-format task file at the
+inputs it was seen with (shapes, dtypes, integer bounds), holding the model's own weights for that module, and is
+validated like any task before it is kept.
+
+    DIR/<model>_<spot>.py        the task: Model wraps the torch.nn module, rebuilt from its constructor arguments
+    DIR/<model>_<spot>.weights.pt  its state_dict, loaded by the task (absolute path: the evaluator reads the source)
+
+What cannot become a task says why, and the others go on: an operator of a forward (not a module), a module that
+is not torch.nn's (its source would have to travel with the task), one whose constructor arguments cannot be read
+back, one that failed validation.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from cudagent.usermodel.inputs import Inputs, TensorSpec
+
+_SAFE = re.compile(r"[^A-Za-z0-9_]+")
+
+
+@dataclass
+class Extracted:
+    spot: str
+    share: float
+    task: str | None = None  # the task file, when the spot became one
+    reason: str | None = None  # why it did not
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def extract_spots(model, found, top: int, directory: Path, device: str, model_name: str) -> list[Extracted]:
+    """The first `top` spots of `found` (hotspots.Hotspots of `model`) as validated tasks in `directory`."""
+    from cudagent.data.seeds import constructor_call
+    from cudagent.errors import CudagentError
+    from cudagent.task import load_task, validate_task
+
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = _SAFE.sub("_", model_name.split(":")[-1]).strip("_").lower()
+    out = []
+    for spot in found.spots[:top]:
+        item = Extracted(spot.spot, spot.share)
+        out.append(item)
+        if ": " in spot.spot:
+            item.reason = f"{spot.kind} is an operator of a forward, not a module; only modules become tasks so far"
+            continue
+        module = model.get_submodule(spot.spot)
+        cls = type(module)
+        if not cls.__module__.startswith("torch.nn"):
+            item.reason = f"{cls.__name__} is not a torch.nn module: its source would have to travel with the task"
+            continue
+        inputs = found.module_inputs.get(spot.spot)
+        if inputs is None or inputs.kwargs or not all(isinstance(a, TensorSpec) for a in inputs.args):
+            item.reason = "its inputs are not tensors alone"
+            continue
+        try:
+            call = constructor_call(module)
+        except ValueError as exc:
+            item.reason = f"{cls.__name__} cannot be rebuilt: {exc}"
+            continue
+        name = _SAFE.sub("_", f"{stem}_{spot.spot}").strip("_").lower()
+        path, weights = directory / f"{name}.py", directory / f"{name}.weights.pt"
+        _save_weights(module, weights)
+        path.write_text(_render(spot, model_name, call, inputs, weights, _param_dtype(module)))
+        try:
+            validate_task(load_task(path), device)
+        except CudagentError as exc:
+            path.unlink()
+            weights.unlink(missing_ok=True)
+            item.reason = f"the task did not validate: {exc.message}"
+            continue
+        item.task = str(path)
+    return out
+
+
+def _save_weights(module, path: Path) -> None:
+    import torch
+
+    torch.save({k: v.detach().to("cpu") for k, v in module.state_dict().items()}, path)
+
+
+def _param_dtype(module) -> str | None:
+    import torch
+
+    first = next(iter(module.parameters()), None)
+    return None if first is None or first.dtype == torch.float32 else str(first.dtype).removeprefix("torch.")
+
+
+def _maker(spec: TensorSpec) -> str:
+    shape = repr(tuple(spec.shape))
+    if spec.dtype == "bool":
+        return f"torch.rand({shape}) > 0.5"
+    if spec.dtype.startswith("float") or spec.dtype == "bfloat16":
+        return f"torch.randn({shape}, dtype=torch.{spec.dtype})"
+    return f"torch.randint(0, {spec.high or 128}, {shape}, dtype=torch.{spec.dtype})"
+
+
+def _render(spot, model_name: str, call: str, inputs: Inputs, weights: Path, dtype: str | None) -> str:
+    params = ", ".join(f"x{i}" for i in range(len(inputs.args)))
+    to_dtype = f".to(torch.{dtype})" if dtype else ""
+    makers = ", ".join(_maker(a) for a in inputs.args)
+    share = f"{100 * spot.share:.1f}%"
+    return f'''"""{spot.spot} ({spot.kind}) of {model_name}: {share} of its time.
+
+At the inputs it was seen with, with the model's own weights; extracted by `cudagent hotspots --tasks`."""
+
+import torch
+import torch.nn as nn
+
+WEIGHTS = {str(weights.resolve())!r}
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.op = {call}{to_dtype}
+        self.op.load_state_dict(torch.load(WEIGHTS, weights_only=True))
+
+    def forward(self, {params}):
+        return self.op({params})
+
+
+def get_inputs():
+    return [{makers}]
+
+
+def get_init_inputs():
+    return []
+'''
