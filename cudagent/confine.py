@@ -18,7 +18,8 @@ no_new_privs, which both mechanisms require of an unprivileged process). Everyth
   the domain. The evaluator's caches (compiler objects, precompiled headers, baselines, link-audit facts) are
   outside every granted path: a candidate cannot read them, let alone change them.
 - **seccomp**: socket() only for AF_UNIX stream and seqpacket sockets (the channel to the evaluator is inherited,
-  already connected); connect() and bind() refused (no Unix socket of another service either); io_uring refused
+  already connected); connect() answered ECONNREFUSED (no Unix socket of another service either: a library that
+  looks for a daemon, NVML for nvidia-persistenced say, finds none running) and bind() refused; io_uring refused
   (its requests bypass seccomp); ptrace and process_vm_* refused; syscalls of another ABI than the process's own
   (x32, a foreign architecture) kill it.
 
@@ -77,7 +78,20 @@ _FILE_RIGHTS = (
 READ = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
 DEVICE = FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV
 
-SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/opt", "/sys")
+# /run/nvidia-persistenced: NVML looks for the daemon's socket there and takes a refused lookup for a missing right
+SYSTEM_READ = (
+    "/usr",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/bin",
+    "/sbin",
+    "/etc",
+    "/opt",
+    "/sys",
+    "/run/nvidia-persistenced",
+)
 # /proc: what libraries read about the machine; never another process's directory
 PROC_READ = (
     "/proc/cpuinfo",
@@ -375,7 +389,7 @@ def _seccomp(libc, notes: list[str]) -> str | None:
 def _filter(audit_arch, _seccomp_nr, socket_nr, connect_nr, bind_nr, ptrace_nr, vm_read_nr, vm_write_nr) -> list[tuple]:
     """The BPF program: (code, jt, jf, k) tuples, jumps resolved from labels."""
     LD_ABS, JEQ, JGE, AND, RET = 0x20, 0x15, 0x35, 0x54, 0x06
-    deny = {connect_nr: errno.EPERM, bind_nr: errno.EPERM, ptrace_nr: errno.EPERM, vm_read_nr: errno.EPERM}
+    deny = {connect_nr: errno.ECONNREFUSED, bind_nr: errno.EPERM, ptrace_nr: errno.EPERM, vm_read_nr: errno.EPERM}
     deny.update({vm_write_nr: errno.EPERM, **{n: errno.ENOSYS for n in _IO_URING}})
     ops: list = [
         (LD_ABS, 0, 0, 4),  # seccomp_data.arch
