@@ -280,3 +280,42 @@ def test_a_process_whose_cuda_will_not_start_confined_says_so(level):
     else:
         assert failure.value.code == "UNCONFINED", failure.value.message
         assert "CUDA could not start in the confined candidate process" in failure.value.message
+
+
+@needs_confinement
+def test_a_confined_process_still_names_its_threads_and_finds_no_daemon(tmp_path):
+    """What the CUDA driver does in cuInit (name its threads through /proc/<pid>/task/<tid>/comm; a refusal there
+    is its error 304) and what NVML does (look for nvidia-persistenced's socket): both must still work confined,
+    while another process's /proc stays closed."""
+    script = tmp_path / "threads.py"
+    script.write_text(
+        "import os, socket, threading\n"
+        "import cudagent.isolation as i, cudagent.confine as c\n"
+        "i.drop_privileges(); assert c.enter(c.Plan('strict'))['confined']\n"
+        "ready, go, tids = threading.Event(), threading.Event(), []\n"
+        "def run():\n"
+        "    tids.append(threading.get_native_id()); ready.set(); go.wait()\n"
+        "t = threading.Thread(target=run); t.start(); ready.wait()\n"
+        "for path in (f'/proc/self/task/{tids[0]}/comm', f'/proc/{os.getpid()}/task/{tids[0]}/comm'):\n"
+        "    open(path, 'w').write('cuda-EvtHandlr')\n"
+        "open('/proc/thread-self/comm', 'w').write('main')\n"
+        "go.set(); t.join()\n"
+        "try:\n"
+        "    socket.socket(socket.AF_UNIX).connect('/run/nvidia-persistenced/socket')\n"
+        "except ConnectionRefusedError:\n"
+        "    print('refused')\n"
+        "try:\n"
+        "    open('/proc/1/environ').read()\n"
+        "except PermissionError:\n"
+        "    print('closed')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-s", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["refused", "closed"], done.stdout
