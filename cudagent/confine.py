@@ -1,6 +1,6 @@
 """Confinement of the process that runs a candidate's code (Linux): no network, files read-only except its own scratch.
 
-    python -s -m cudagent.confine --confine PLAN_JSON [child.py's arguments]    (a forked child: run_child(argv))
+    enter(plan)    in the candidate's process, first thing (cudagent/evaluator/entry.py)
 
 Applied before the candidate's process imports torch (so before any thread exists: Landlock binds the threads
 that call it and those they start), after it has given up its capabilities (isolation.drop_privileges sets
@@ -452,36 +452,3 @@ def probe(level: str = DEFAULT_LEVEL) -> dict:
             return json.loads(done.stdout.strip().splitlines()[-1])
         except (OSError, subprocess.SubprocessError, ValueError, IndexError):
             return {"level": level, "confined": False, "notes": ["the confinement probe could not run"]}
-
-
-# ----- the entry point of a confined candidate process -----------------------------------------------------------
-
-
-def run_child(argv: list[str]) -> None:
-    """Confine as `--confine PLAN_JSON` in argv says (after giving up privileges), then become the child harness.
-    Runs in a fresh interpreter before torch is imported, or in a child the zygote just forked."""
-    import cudagent.isolation as isolation
-
-    argv = list(argv)
-    plan = None
-    if "--confine" in argv:
-        i = argv.index("--confine")
-        plan = Plan.from_json(argv[i + 1])
-        del argv[i : i + 2]
-    if plan is not None:
-        isolation.drop_privileges()  # no_new_privs: required by Landlock and seccomp alike
-        try:
-            enter(plan)
-        except Unconfined as exc:
-            print(f"cudagent: strict confinement is not available here: {exc}", flush=True)
-            os._exit(EXIT_UNCONFINED)
-    import cudagent.evaluator.child as child
-
-    child.main(argv)
-
-
-if __name__ == "__main__":
-    # through the module's own name: run as __main__ this file is a second copy, whose status the child never reads
-    import cudagent.confine
-
-    cudagent.confine.run_child(sys.argv[1:])

@@ -25,12 +25,6 @@ class Settings:
     prices_per_mtok: tuple[float, float] | None = None
     confine: str = "best-effort"
 
-    def eval_options(self, **fields):
-        """The evaluator's options with what the environment settles (fork server, confinement) and `fields`."""
-        from cudagent.evaluator.evaluator import EvalOptions
-
-        return EvalOptions(fork_server=self.fork_server, confine=self.confine, **fields)
-
     @property
     def runs_root(self) -> Path:
         return self.home / "runs"

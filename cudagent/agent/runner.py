@@ -81,12 +81,13 @@ class RunOptions:
 def open_port(task, options: RunOptions, device_kind: str):
     """The run's evaluator port, opened (it validates the task: a broken reference fails here, before any run
     exists; a service that does not answer fails at once), and what the trajectory records of where it is."""
+    from cudagent.evaluator.evaluator import EvalOptions
     from cudagent.evaluator.where import evaluators
 
     where = evaluators(
         options.evaluator_urls,
         device=device_kind,
-        options=options.settings.eval_options(spare_process=True),
+        options=EvalOptions.from_settings(options.settings, spare_process=True),
         home=options.settings.home,
     )
     port = where.port(task)

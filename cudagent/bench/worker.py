@@ -22,6 +22,7 @@ from cudagent.taskpool import mentions_out_of_memory
 
 
 def run(args) -> dict:
+    from cudagent.evaluator.evaluator import EvalOptions
     from cudagent.evaluator.nullcheck import null_candidates
     from cudagent.evaluator.where import evaluators
     from cudagent.settings import Settings
@@ -31,7 +32,7 @@ def run(args) -> dict:
     phases = out["phases_s"] = {"start": round(time.monotonic() - args.started, 2)}
     clock = _Clock(phases)
     task = load_task(Path(args.task))
-    where = evaluators(args.evaluator, device=args.device, options=Settings.from_env().eval_options())
+    where = evaluators(args.evaluator, device=args.device, options=EvalOptions.from_settings(Settings.from_env()))
     if args.evaluator:
         return {**out, **_remote(args, task, where)}
     device = where.device_info

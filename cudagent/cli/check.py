@@ -154,7 +154,7 @@ def _run(
 
     from cudagent.errors import CudagentError
     from cudagent.evaluator.compare import Tolerance
-    from cudagent.evaluator.evaluator import audited
+    from cudagent.evaluator.evaluator import EvalOptions, audited
     from cudagent.evaluator.port import snapshot_of
     from cudagent.evaluator.where import evaluators
     from cudagent.settings import Settings
@@ -164,7 +164,8 @@ def _run(
     if compile_mode not in ("default", "max-autotune", "reduce-overhead"):
         raise typer.BadParameter("use default, max-autotune or reduce-overhead", param_hint="--compile-mode")
     urls = evaluator_urls(evaluator)
-    options = Settings.from_env().eval_options(
+    options = EvalOptions.from_settings(
+        Settings.from_env(),
         tolerance=Tolerance(atol, rtol),
         timing=timing,
         compile_mode=compile_mode,

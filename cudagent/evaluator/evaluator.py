@@ -92,6 +92,11 @@ class EvalOptions:
     # best-effort (what the kernel offers, reported in the verdict) or off. The CLI reads CUDAGENT_CONFINE / --confine.
     confine: str = confine.DEFAULT_LEVEL
 
+    @classmethod
+    def from_settings(cls, settings, **fields) -> EvalOptions:
+        """The options the environment settles (settings.Settings: fork server, confinement), and `fields`."""
+        return cls(fork_server=settings.fork_server, confine=settings.confine, **fields)
+
 
 class Evaluator:
     """Evaluates candidates for one task on one device. Validates the task once (`validate`, or the first evaluation

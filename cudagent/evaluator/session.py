@@ -142,7 +142,8 @@ class ChildProcess:
                 self.proc = None
         if self.proc is None:
             self.proc = subprocess.Popen(
-                [*self.wrapper, sys.executable, "-s", "-m", "cudagent.confine", *args] + ["--fd", str(theirs.fileno())],
+                [*self.wrapper, sys.executable, "-s", "-m", "cudagent.evaluator.entry", *args]
+                + ["--fd", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
                 env=env,
                 cwd=self.home,

@@ -84,9 +84,9 @@ def _become_child(sock: socket.socket, request: dict, fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         tempfile.tempdir = None  # TMPDIR may differ from the zygote's
-        import cudagent.confine as confine
+        import cudagent.evaluator.entry as entry
 
-        confine.run_child([*request["argv"], "--fd", str(channel_fd)])  # confines it, then ends the process itself
+        entry.run_child([*request["argv"], "--fd", str(channel_fd)])  # confines it, then ends the process itself
     except BaseException:  # noqa: BLE001  (whatever happens, this process must never return into the zygote)
         traceback.print_exc()
     finally:

@@ -46,12 +46,13 @@ class Session:
 
 class Worker:
     def __init__(self, args):
+        from cudagent.evaluator.evaluator import EvalOptions
         from cudagent.evaluator.where import evaluators
         from cudagent.settings import Settings
 
         self.name = args.name
         self.scratch = Path(args.scratch)
-        self.evaluators = evaluators(device=args.device, options=Settings.from_env().eval_options())
+        self.evaluators = evaluators(device=args.device, options=EvalOptions.from_settings(Settings.from_env()))
         self.device = self.evaluators.device_info
         self.idle_s = args.idle
         # the device share's lock for this worker's sessions (their threads): work shares the GPU, a timing has it alone

@@ -187,8 +187,8 @@ def test_strict_refuses_to_run_what_it_cannot_confine(tmp_path):
     script.write_text(
         "import platform, sys\n"
         "platform.machine = lambda: 'sparc64'\n"
-        "import cudagent.confine as c\n"
-        "c.run_child(['--confine', c.Plan('strict').to_json(), '--fd', '0'])\n"
+        "import cudagent.confine as c, cudagent.evaluator.entry as entry\n"
+        "entry.run_child(['--confine', c.Plan('strict').to_json(), '--fd', '0'])\n"
     )
     done = subprocess.run(
         [sys.executable, "-s", str(script)],
