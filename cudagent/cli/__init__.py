@@ -27,7 +27,18 @@ from cudagent.errors import CudagentError, ExitCode
 del _check, _data, _doctor, _hotspots, _optimize, _review, _bench, _serve, _train
 
 
+def _answer_interrupts() -> None:
+    """Ctrl-C and `kill -INT` end a run as documented (exit 130, resumable) even when cudagent was started with
+    SIGINT ignored (a background job of a shell script) or with it or SIGTERM blocked in an inherited signal mask."""
+    import signal
+
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main() -> None:
+    _answer_interrupts()
     # torch warns on import when NumPy is absent; cudagent does not need NumPy, and the warning would come before
     # every message a user reads.
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")

@@ -307,10 +307,11 @@ def test_ctrl_c_stops_the_shell_records_the_interrupt_and_resumes(tmp_path):
         for line in proc.stdout:
             if json.loads(line).get("event") == "turn":  # turn 1 done; turn 2's shell command is starting
                 time.sleep(2.0)
+                masks = [ln.strip() for ln in open(f"/proc/{proc.pid}/status") if ln.startswith(("SigBlk", "SigIgn"))]
                 proc.send_signal(signal.SIGINT)
                 break
         _, err = proc.communicate(timeout=60)
-        assert proc.returncode == 130 and "--resume" in err, _what_happened(home, err)
+        assert proc.returncode == 130 and "--resume" in err, f"{masks}\n" + _what_happened(home, err)
         # the shell command died with the run: nothing runs it any more (its command line names the marker), so the
         # marker it would have touched after 20 s never comes
         deadline = time.monotonic() + 10

@@ -34,7 +34,7 @@ static torch::Tensor vadd(torch::Tensor a, torch::Tensor b, double alpha) {
     const float* pa = a.data_ptr<float>();
     const float* pb = b.data_ptr<float>();
     volatile float* po = out.data_ptr<float>();
-    for (int rep = 0; rep < 64; ++rep)
+    for (int rep = 0; rep < 512; ++rep)  // about 25 ms: slower than any baseline measured on a busy CPU
         for (int64_t i = 0; i < a.numel(); ++i) po[i] = static_cast<float>(alpha) * pa[i] + pb[i];
     auto kept = torch::empty_like(out);
     std::memcpy(kept.data_ptr<float>(), out.data_ptr<float>(), a.numel() * sizeof(float));
