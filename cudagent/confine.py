@@ -26,6 +26,8 @@ no_new_privs, which both mechanisms require of an unprivileged process). Everyth
 Levels: `strict` refuses to run unconfined (the process exits with EXIT_UNCONFINED before any candidate code);
 `best-effort` applies what the kernel offers and reports the rest; `off` applies nothing. `status()` says what
 holds; it travels in the child's hello into every verdict.
+
+One module of about 450 lines: the grants, the two mechanisms and the levels are one policy, reviewed together.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@
 - the harness's own integrity: its functions, their code and its modules, compared after every request with what
   they were before any candidate code was loaded (Sentinel).
 
-The child only records; op names are judged in the parent (op_policy.py, judge.py).
+The child only records; op names are judged in the parent (op_policy.py, judge.py). One module of about 500
+lines: every recorder here wraps the same call (record_call), and is read with it.
 """
 
 from __future__ import annotations
