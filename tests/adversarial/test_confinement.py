@@ -177,6 +177,18 @@ def test_python_code_of_the_candidate_is_confined_too(tmp_path):
         victim.unlink(missing_ok=True)
 
 
+def _run_script(script: Path) -> subprocess.CompletedProcess:
+    """A Python script of a test, in a fresh interpreter with this checkout's cudagent, in the script's folder."""
+    return subprocess.run(
+        [sys.executable, "-s", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=script.parent,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+
+
 def test_strict_refuses_to_run_what_it_cannot_confine(tmp_path):
     """Where a mechanism is missing, strict ends the process before any candidate code: here, a seccomp filter for
     an architecture the kernel does not run is what fails."""
@@ -190,14 +202,7 @@ def test_strict_refuses_to_run_what_it_cannot_confine(tmp_path):
         "import cudagent.confine as c, cudagent.evaluator.entry as entry\n"
         "entry.run_child(['--confine', c.Plan('strict').to_json(), '--fd', '0'])\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-s", str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(Path(confine.__file__).parent.parent)},
-    )
+    done = _run_script(script)
     assert done.returncode == confine.EXIT_UNCONFINED, done.stdout + done.stderr
     assert "strict confinement is not available here" in done.stdout
     assert "sparc64" in done.stdout
@@ -309,13 +314,6 @@ def test_a_confined_process_still_names_its_threads_and_finds_no_daemon(tmp_path
         "except PermissionError:\n"
         "    print('closed')\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-s", str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
-    )
+    done = _run_script(script)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["refused", "closed"], done.stdout
