@@ -19,9 +19,9 @@ no_new_privs, which both mechanisms require of an unprivileged process). Everyth
   outside every granted path: a candidate cannot read them, let alone change them.
 - **seccomp**: socket() only for AF_UNIX stream and seqpacket sockets (the channel to the evaluator is inherited,
   already connected); connect() answered ECONNREFUSED (no Unix socket of another service either: a library that
-  looks for a daemon, NVML for nvidia-persistenced say, finds none running) and bind() refused; io_uring refused
-  (its requests bypass seccomp); ptrace and process_vm_* refused; syscalls of another ABI than the process's own
-  (x32, a foreign architecture) kill it.
+  looks for a daemon, NVML for nvidia-persistenced say, finds none running); bind() allowed (see REFUSED);
+  io_uring refused (its requests bypass seccomp); ptrace and process_vm_* refused; syscalls of another ABI than
+  the process's own (x32, a foreign architecture) kill it.
 
 Levels: `strict` refuses to run unconfined (the process exits with EXIT_UNCONFINED before any candidate code);
 `best-effort` applies what the kernel offers and reports the rest; `off` applies nothing. `status()` says what
@@ -136,6 +136,17 @@ _X32_BIT = 0x40000000
 _RET_ALLOW, _RET_KILL_PROCESS = 0x7FFF0000, 0x80000000
 _SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC = 1, 1
 _AF_UNIX, _SOCK_DGRAM, _SOCK_TYPE_MASK = 1, 2, 0xF
+# The system calls the filter answers with an error instead of running them. connect(): no service is running, as
+# far as the candidate can tell. bind() is not among them: the CUDA driver binds a Unix socket of its own while it
+# starts (cuInit fails with error 304, "OS call failed", when bind is refused; benchmarks/results/confine-gpu-probe
+# .json), and a socket a candidate binds is reachable by no other candidate (connect is refused to all of them, and
+# a datagram socket cannot be had), only by a process outside every sandbox that goes looking for it.
+REFUSED = {
+    "connect": errno.ECONNREFUSED,
+    "ptrace": errno.EPERM,
+    "process_vm": errno.EPERM,
+    "io_uring": errno.ENOSYS,  # its requests would bypass this filter
+}
 
 
 def _ret_errno(code: int) -> int:
@@ -391,8 +402,14 @@ def _seccomp(libc, notes: list[str]) -> str | None:
 def _filter(audit_arch, _seccomp_nr, socket_nr, connect_nr, bind_nr, ptrace_nr, vm_read_nr, vm_write_nr) -> list[tuple]:
     """The BPF program: (code, jt, jf, k) tuples, jumps resolved from labels."""
     LD_ABS, JEQ, JGE, AND, RET = 0x20, 0x15, 0x35, 0x54, 0x06
-    deny = {connect_nr: errno.ECONNREFUSED, bind_nr: errno.EPERM, ptrace_nr: errno.EPERM, vm_read_nr: errno.EPERM}
-    deny.update({vm_write_nr: errno.EPERM, **{n: errno.ENOSYS for n in _IO_URING}})
+    numbers = {
+        "connect": [connect_nr],
+        "bind": [bind_nr],
+        "ptrace": [ptrace_nr],
+        "process_vm": [vm_read_nr, vm_write_nr],
+        "io_uring": list(_IO_URING),
+    }
+    deny = {nr: REFUSED[name] for name in REFUSED for nr in numbers[name]}
     ops: list = [
         (LD_ABS, 0, 0, 4),  # seccomp_data.arch
         (JEQ, 0, "kill", audit_arch),

@@ -289,9 +289,10 @@ def test_a_process_whose_cuda_will_not_start_confined_says_so(level):
 
 @needs_confinement
 def test_a_confined_process_still_names_its_threads_and_finds_no_daemon(tmp_path):
-    """What the CUDA driver does in cuInit (name its threads through /proc/<pid>/task/<tid>/comm; a refusal there
-    is its error 304) and what NVML does (look for nvidia-persistenced's socket): both must still work confined,
-    while another process's /proc stays closed."""
+    """What the CUDA driver does in cuInit (name its threads through /proc/<pid>/task/<tid>/comm, bind a Unix socket
+    of its own: a refusal of either is its error 304, seen on the H100) and what NVML does (look for
+    nvidia-persistenced's socket): all must still work confined, while another process's /proc stays closed and
+    nothing connects to the socket the process bound, not even the process itself."""
     script = tmp_path / "threads.py"
     script.write_text(
         "import os, socket, threading\n"
@@ -309,6 +310,11 @@ def test_a_confined_process_still_names_its_threads_and_finds_no_daemon(tmp_path
         "    socket.socket(socket.AF_UNIX).connect('/run/nvidia-persistenced/socket')\n"
         "except ConnectionRefusedError:\n"
         "    print('refused')\n"
+        "own = socket.socket(socket.AF_UNIX); own.bind(f'\\0cudagent-test-{os.getpid()}'); own.listen(1)\n"
+        "try:\n"
+        "    socket.socket(socket.AF_UNIX).connect(f'\\0cudagent-test-{os.getpid()}')\n"
+        "except ConnectionRefusedError:\n"
+        "    print('refused')\n"
         "try:\n"
         "    open('/proc/1/environ').read()\n"
         "except PermissionError:\n"
@@ -316,4 +322,4 @@ def test_a_confined_process_still_names_its_threads_and_finds_no_daemon(tmp_path
     )
     done = _run_script(script)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["refused", "closed"], done.stdout
+    assert done.stdout.split() == ["refused", "refused", "closed"], done.stdout
