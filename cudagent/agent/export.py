@@ -3,6 +3,10 @@
 DEST/__init__.py     builds the extension on first import (cached under DEST/_build/) and exposes ModelNew
 DEST/_extension.py   the build: torch.utils.cpp_extension.load over binding.cpp and kernels/
 DEST/model_new.py    ModelNew, as the agent wrote it (its `import cuda_extension` finds the built module)
+
+The extension is built under a name of its own (`cuda_extension_<hash of its sources>`) and answers to
+`cuda_extension` only while its model_new.py is imported, so several exported packages live in one process (the
+kernels of a user's model, cudagent/usermodel/package.py).
 DEST/model.py        the reference it was verified against
 DEST/kernels/, DEST/binding.cpp, DEST/binding_registry.h
 """
@@ -21,14 +25,21 @@ caches the build in _build/ next to this file.
 """
 '''
 
-# Registers the built extension under the name model_new.py imports, before model_new.py runs.
+# The built extension answers to the name model_new.py imports while model_new.py is imported, and only then.
 LOAD_EXTENSION = """
 import sys
 
-if "cuda_extension" not in sys.modules:
-    from ._extension import load as _load
+from ._extension import load as _load
 
-    sys.modules["cuda_extension"] = _load()
+_previous = sys.modules.get("cuda_extension")
+sys.modules["cuda_extension"] = _load()
+try:
+    from . import model_new as _model_new  # noqa: F401
+finally:
+    if _previous is None:
+        del sys.modules["cuda_extension"]
+    else:
+        sys.modules["cuda_extension"] = _previous
 """
 
 EXPOSE = """
@@ -61,7 +72,7 @@ def load():
     build_dir = HERE / "_build" / digest.hexdigest()[:16]
     build_dir.mkdir(parents=True, exist_ok=True)
     return build(
-        name="cuda_extension",
+        name="cuda_extension_" + digest.hexdigest()[:16],
         sources=[str(p) for p in sources],
         extra_include_paths=[str(HERE)],
         extra_cflags=["-O3", "-std=c++20", "-fopenmp"],
@@ -101,5 +112,10 @@ def export_package(files: dict[str, bytes], dest: Path, force: bool = False, ori
     if b"cuda_extension" in files["model_new.py"]:
         init += LOAD_EXTENSION
     (dest / "__init__.py").write_text(init + EXPOSE)
+    binding = dest / "binding.cpp"
+    if binding.is_file():  # the module's name is the build's (see above), not the workspace's fixed one
+        binding.write_text(
+            binding.read_text().replace("PYBIND11_MODULE(cuda_extension,", "PYBIND11_MODULE(TORCH_EXTENSION_NAME,")
+        )
     (dest / "_extension.py").write_text(EXTENSION)
     return dest.resolve()

@@ -109,12 +109,16 @@ class Run:
     lock: object  # held from creation (or resume) to the end: one process per run
 
 
-def start_run(task_path: Path, policy_settings: PolicySettings, options: RunOptions, reporter, policy=None) -> dict:
+def start_run(
+    task_path: Path, policy_settings: PolicySettings, options: RunOptions, reporter, policy=None, extra_header=None
+) -> dict:
     """Start a run with a chat policy. `policy` replaces the one `policy_settings` describe (a replay in benchmarks);
-    the settings are still what the trajectory records for a resume."""
+    the settings are still what the trajectory records for a resume. `extra_header` joins the trajectory's header
+    (a model run's episodes name their parent and spot)."""
     policy = policy if policy is not None else policy_settings.build()
     recorded = {k: v for k, v in asdict(policy_settings).items() if k not in ("api_key", "prices_per_mtok")}
-    run = new_run(task_path, options, reporter, _Prepared(policy), {"policy_settings": recorded})
+    header = {"policy_settings": recorded, **(extra_header or {})}
+    run = new_run(task_path, options, reporter, _Prepared(policy), header)
     return drive(run, ChatDriver(run.episode, policy, run.recorders, options.final_evaluation), reporter, policy.model)
 
 

@@ -17,6 +17,7 @@ OPTIMIZE_EXIT = (
     "bubblewrap cannot run); 130 interrupted (SIGINT), 143 terminated (SIGTERM): resume with --resume."
 )
 MODEL_PANEL = "Model server"
+USER_PANEL = "Your own model (not a KernelBench task)"
 
 
 class SandboxChoice(str, Enum):
@@ -33,10 +34,34 @@ LIMIT_PANEL = "Limits"
     epilog="Examples:\n\n"
     "  OPENAI_BASE_URL=http://localhost:8000/v1 cudagent optimize model.py\n\n"
     "  cudagent optimize examples/tasks/softmax.py --model gpt-5 --max-turns 60 --json\n\n"
+    "  cudagent optimize model.py:Block --inputs 'x=f32[8,512,768]' --top 3\n\n"
     "  cudagent optimize --resume last\n\n" + ENV_HELP + "\n\n" + OPTIMIZE_EXIT
 )
 def optimize(
-    task: Path = typer.Argument(None, help="The task file (Model, get_inputs, get_init_inputs). Not with --resume."),
+    task: str = typer.Argument(
+        None,
+        help="A KernelBench task file (Model, get_inputs, get_init_inputs), or your model: model.py:Block (or "
+        "model.py when it defines one module class). Not with --resume.",
+        show_default=False,
+    ),
+    module: str = typer.Option(
+        None, help="Your model's class, when the file defines several.", rich_help_panel=USER_PANEL
+    ),
+    inputs: str = typer.Option(
+        None,
+        help="Your model's example inputs, e.g. 'x=bf16[8,1024,768], mask=bool[8,1024]'.",
+        rich_help_panel=USER_PANEL,
+    ),
+    init: str = typer.Option(
+        None, help="Constructor arguments: a Python list, or a dict of keywords.", rich_help_panel=USER_PANEL
+    ),
+    example: Path = typer.Option(
+        None, help="A script that runs your model: its first call gives the inputs.", rich_help_panel=USER_PANEL
+    ),
+    hf: Path = typer.Option(
+        None, help="A transformers model directory (a config alone: random weights).", rich_help_panel=USER_PANEL
+    ),
+    top: int = typer.Option(3, help="How many hot spots of your model to optimize.", rich_help_panel=USER_PANEL),
     model: str = typer.Option(
         None,
         help="Model name; default: the server's first model. `hf:PATH` runs a local Hugging Face model (a directory "
@@ -132,8 +157,13 @@ def optimize(
 
     if action_format is not None and action_format not in ("auto", "required", "text"):
         raise typer.BadParameter("use auto, required or text", param_hint="--action-format")
-    if (task is None) == (resume is None):
+    own_model = hf is not None or any(v is not None for v in (module, inputs, init, example)) or _own_model(task)
+    if own_model and resume is not None:
+        raise CudagentError("--resume continues one episode run; a model run's spots are episode runs: resume those")
+    if (task is None and not own_model) == (resume is None):
         raise CudagentError("give a task file to start a run, or --resume RUN to continue one (not both)")
+    if top <= 0:
+        raise typer.BadParameter("must be positive", param_hint="--top")
     overrides = {
         "max_turns": max_turns,
         "max_minutes": max_minutes,
@@ -178,7 +208,25 @@ def optimize(
                 summary = resume_token_run(traj, options, overrides, reporter, lock)
             else:
                 summary = resume_run(traj, lock, settings, options, overrides, reporter)
+        elif own_model:
+            if token_mode or (model or "").startswith("hf:"):
+                raise CudagentError("a model of your own is optimized with a chat model server; drop --token-mode/hf:")
+            options.limits = EpisodeLimits(**{k: v for k, v in overrides.items() if v is not None})
+            from cudagent.usermodel.modelrun import ModelRequest, optimize_model
+
+            request = ModelRequest(task, module, inputs, init, _text(example), _text(hf), top)
+
+            def episode(path, extra):
+                return start_run(path, settings, options, reporter, extra_header=extra)
+
+            record = optimize_model(
+                request, episode, options, reporter, lambda text: typer.echo(f"cudagent: {text}", err=True)
+            )
+            reporter.close()
+            _print_model_run(record, as_json)
+            raise typer.Exit(int(ExitCode.OK))
         else:
+            task = Path(task)
             if not task.is_file():
                 raise CudagentError(f"the task file {task} does not exist; give the path of a KernelBench-style .py")
             options.limits = EpisodeLimits(**{k: v for k, v in overrides.items() if v is not None})
@@ -217,3 +265,48 @@ def optimize(
             err=True,
         )
     raise typer.Exit(int(code))
+
+
+def _text(path: Path | None) -> str | None:
+    return str(path) if path is not None else None
+
+
+def _own_model(task: str | None) -> bool:
+    """A file that is not a KernelBench task (no Model, get_inputs, get_init_inputs at its top), or FILE:CLASS."""
+    import ast
+
+    if task is None:
+        return False
+    path_text, colon, _ = task.partition(":")
+    if colon:
+        return True
+    path = Path(path_text)
+    if not path.is_file() or path.suffix != ".py":
+        return False
+    try:
+        tree = ast.parse(path.read_text())
+    except (SyntaxError, UnicodeDecodeError, OSError):
+        return False  # load_task says what is wrong with it
+    names = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    return not {"Model", "get_inputs", "get_init_inputs"} <= names
+
+
+def _print_model_run(record: dict, as_json: bool) -> None:
+    import json
+
+    if as_json:
+        typer.echo(json.dumps({"event": "model_run", **record}, default=str))
+        return
+    result = record.get("result") or {}
+    typer.echo(f"model run {record['run_id']}: {record['model']}")
+    for s in record["spots"]:
+        speed = f", {s['speedup_vs_eager']:.2f}x over eager" if s.get("speedup_vs_eager") else ""
+        typer.echo(f"  {s['spot']} ({100 * s['share']:.1f}%): {s.get('outcome')}{speed} {s.get('run_id') or ''}")
+    timing = result.get("timing") or {}
+    if result.get("correct") and timing:
+        typer.echo(
+            f"  end to end: {timing.get('speedup_vs_eager', 0):.2f}x over eager measured, "
+            f"{(result.get('predicted_speedup_vs_eager') or 0):.2f}x predicted"
+        )
+    if result.get("package"):
+        typer.echo(f"  report: {Path(result['package']).parent / 'report.md'}; package: {result['package']}")

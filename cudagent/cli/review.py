@@ -23,9 +23,14 @@ def runs(as_json: bool = typer.Option(False, "--json", help="Print one JSON obje
     root = Settings.from_env().runs_root
 
     rows = [_run_row(Trajectory.load(p)) for p in list_runs(root)]
+    parents = [_model_run_row(p) for p in _model_runs(root)]
     if as_json:
-        for r in rows:
+        for r in rows + parents:
             typer.echo(json.dumps(r))
+        return
+    if parents:
+        _print_model_runs(parents)
+    if not rows and parents:
         return
     if not rows:
         typer.echo(f"no runs under {root} yet; start one with `cudagent optimize TASK`", err=True)
@@ -50,6 +55,10 @@ def log(run: str = RUN_ARG, as_json: bool = typer.Option(False, "--json", help="
     from cudagent.agent.trajectory import Trajectory, find_run
     from cudagent.settings import Settings
 
+    parent = _find_model_run(run)
+    if parent is not None:
+        _log_model_run(parent, as_json)
+        return
     traj = Trajectory.load(find_run(run, Settings.from_env().runs_root))
     for t in traj.turns:
         row = _turn_row(t)
@@ -82,6 +91,10 @@ def show(
     from cudagent.agent.trajectory import Trajectory, find_run
     from cudagent.settings import Settings
 
+    parent = _find_model_run(run)
+    if parent is not None:  # a model run's "turns" are its spots
+        _show_spot(parent, turn, as_json)
+        return
     traj = Trajectory.load(find_run(run, Settings.from_env().runs_root))
     record = next((t for t in traj.turns if t["turn"] == turn), None)
     if record is None:
@@ -125,11 +138,25 @@ def export(
     force: bool = typer.Option(False, "--force", help="Replace DEST if it exists."),
 ) -> None:
     """Write the best kernel as a drop-in Python package: `from DEST import ModelNew` builds its kernels on first
-    import (cached) and needs nothing from cudagent."""
+    import (cached) and needs nothing from cudagent. For a model run: every spot's kernel, with `DEST.patch(model)`."""
     from cudagent.agent.export import export_package
     from cudagent.agent.gitrun import RunRepo
     from cudagent.agent.trajectory import Trajectory, find_run
     from cudagent.settings import Settings
+
+    parent = _find_model_run(run)
+    if parent is not None:
+        from cudagent.usermodel.modelrun import kernel_spots, load_record
+        from cudagent.usermodel.package import write_package
+
+        record = load_record(parent)
+        spots = kernel_spots(record, Settings.from_env().runs_root)
+        applied = (record.get("result") or {}).get("applied")
+        if applied is not None:  # what the proof found breaks the model stays out
+            spots = [s for s in spots if s["name"] in applied]
+        written = write_package(spots, dest, record["model"], record["run_id"], force=force)
+        typer.echo(f"wrote {written}; use it with `import {dest.name}; {dest.name}.patch(model)`", err=True)
+        return
 
     traj = Trajectory.load(find_run(run, Settings.from_env().runs_root))
     state = traj.ends[-1]["state"] if traj.ends else traj.last_state
@@ -270,3 +297,91 @@ def prune(
         finally:
             lock.close()
         typer.echo(f"{traj.header['run_id']}: " + "; ".join(done + ["removed the run directory"]), err=True)
+
+
+def _model_runs(root: Path) -> list[Path]:
+    from cudagent.usermodel.modelrun import list_model_runs
+
+    return list_model_runs(root)
+
+
+def _find_model_run(ref: str) -> Path | None:
+    from cudagent.settings import Settings
+    from cudagent.usermodel.modelrun import find_model_run
+
+    return find_model_run(ref, Settings.from_env().runs_root)
+
+
+def _model_run_row(path: Path) -> dict:
+    from cudagent.usermodel.modelrun import load_record
+
+    r = load_record(path)
+    result = r.get("result") or {}
+    return {
+        "run_id": r["run_id"],
+        "kind": "model",
+        "model": r["model"],
+        "spots": [{k: s.get(k) for k in ("spot", "run_id", "outcome", "speedup_vs_eager")} for s in r["spots"]],
+        "state": r.get("state"),
+        "correct": result.get("correct"),
+        "speedup_vs_eager": (result.get("timing") or {}).get("speedup_vs_eager"),
+        "predicted_speedup_vs_eager": result.get("predicted_speedup_vs_eager"),
+    }
+
+
+def _print_model_runs(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="model runs (each spot is an episode run below)")
+    table.add_column("model run", no_wrap=True, min_width=max(len(r["run_id"]) for r in rows))
+    for col in ("model", "spots", "state", "end to end"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        e2e = f"{r['speedup_vs_eager']:.2f}x eager" if r["speedup_vs_eager"] else "-"
+        spots = ", ".join(f"{s['spot']}: {s['run_id'] or s['outcome']}" for s in r["spots"])
+        table.add_row(r["run_id"], r["model"], spots, r["state"] or "?", e2e)
+    Console(stderr=False).print(table)
+
+
+def _log_model_run(path: Path, as_json: bool) -> None:
+    from cudagent.usermodel.modelrun import load_record
+
+    r = load_record(path)
+    for i, s in enumerate(r["spots"], 1):
+        row = {"spot_number": i, **{k: s.get(k) for k in ("spot", "kind", "share", "run_id", "outcome", "tier")}}
+        row.update({k: s.get(k) for k in ("speedup_vs_eager", "speedup_vs_compile", "put_back")})
+        if as_json:
+            typer.echo(json.dumps(row))
+            continue
+        speed = f" {s['speedup_vs_eager']:.2f}x eager" if s.get("speedup_vs_eager") else ""
+        put = s.get("put_back")
+        placed = "" if put is None else (" put back" if put.get("correct") else f" left out ({put.get('why')})")
+        typer.echo(
+            f"{i:4d} {100 * s['share']:5.1f}% {s['spot']}: {s.get('outcome')}{speed}{placed} {s.get('run_id') or ''}"
+        )
+    result = r.get("result") or {}
+    if not as_json:
+        timing = result.get("timing") or {}
+        if timing:
+            typer.echo(
+                f"     end to end: {timing.get('speedup_vs_eager', 0):.2f}x over eager measured, "
+                f"{result.get('predicted_speedup_vs_eager') or 0:.2f}x predicted; report {path / 'report.md'}"
+            )
+        typer.echo(f"     {r.get('state')}")
+
+
+def _show_spot(path: Path, number: int, as_json: bool) -> None:
+    from cudagent.usermodel.modelrun import load_record
+
+    r = load_record(path)
+    if not 1 <= number <= len(r["spots"]):
+        raise CudagentError(f"model run {r['run_id']} has no spot {number}; it has spots 1 to {len(r['spots'])}")
+    spot = r["spots"][number - 1]
+    if as_json:
+        typer.echo(json.dumps(spot, default=str))
+        return
+    for key, value in spot.items():
+        typer.echo(f"{key}: {value}")
+    if spot.get("run_id"):
+        typer.echo(f"its turns: cudagent log {spot['run_id']}")

@@ -5,6 +5,9 @@ validated like any task before it is kept.
     DIR/<model>_<spot>.py        the task: Model wraps the torch.nn module, rebuilt from its constructor arguments
     DIR/<model>_<spot>.weights.pt  its state_dict, loaded by the task (absolute path: the evaluator reads the source)
 
+Modules of one class, built alike (the same constructor call) and called at the same inputs share one task: its
+kernel serves all of them (each with its own weights), and the task's share is theirs together.
+
 What cannot become a task says why, and the others go on: an operator of a forward (not a module), a module that
 is not torch.nn's (its source would have to travel with the task), one whose constructor arguments cannot be read
 back, one that failed validation.
@@ -13,7 +16,7 @@ back, one that failed validation.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from cudagent.usermodel.inputs import Inputs, TensorSpec
@@ -27,6 +30,8 @@ class Extracted:
     share: float
     task: str | None = None  # the task file, when the spot became one
     reason: str | None = None  # why it did not
+    modules: list[str] = field(default_factory=list)  # every module the task's kernel serves
+    kind: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -40,10 +45,15 @@ def extract_spots(model, found, top: int, directory: Path, device: str, model_na
 
     directory.mkdir(parents=True, exist_ok=True)
     stem = _SAFE.sub("_", model_name.split(":")[-1]).strip("_").lower()
-    out = []
+    out: list[Extracted] = []
+    shares = {s.spot: s.share for s in found.spots}
     for spot in found.spots[:top]:
-        item = Extracted(spot.spot, spot.share)
+        item = Extracted(spot.spot, spot.share, kind=spot.kind)
         out.append(item)
+        served = next((e for e in out if e.task and spot.spot in e.modules), None)
+        if served is not None:
+            item.reason = f"the same module as {served.spot} at the same inputs: its task serves both"
+            continue
         if ": " in spot.spot:
             item.reason = f"{spot.kind} is an operator of a forward, not a module; only modules become tasks so far"
             continue
@@ -73,7 +83,28 @@ def extract_spots(model, found, top: int, directory: Path, device: str, model_na
             item.reason = f"the task did not validate: {exc.message}"
             continue
         item.task = str(path)
+        item.modules = _alike(model, spot.spot, call, found.module_inputs)
+        item.share = sum(shares.get(m, 0.0) for m in item.modules)
     return out
+
+
+def _alike(model, path: str, call: str, module_inputs: dict) -> list[str]:
+    """The modules of `model` that one kernel serves with `path`'s: same class, same constructor call, same inputs."""
+    from cudagent.data.seeds import constructor_call
+
+    module, seen = model.get_submodule(path), module_inputs.get(path)
+    alike = []
+    for name, other in model.named_modules():
+        if type(other) is not type(module) or name not in module_inputs:
+            continue
+        if module_inputs[name].text() != seen.text():
+            continue
+        try:
+            if constructor_call(other) == call:
+                alike.append(name)
+        except ValueError:
+            continue
+    return alike
 
 
 def _save_weights(module, path: Path) -> None:

@@ -131,11 +131,26 @@ def test_the_top_spots_become_validated_tasks_with_the_models_weights(tmp_path):
     )
     extracted = {e["spot"]: e for e in record["tasks"]}
     assert len(extracted) == len(record["spots"])  # every spot: a task or a reason
-    for spot in ("blocks.0.fc1", "blocks.1.fc2", "blocks.0.norm", "head"):
-        assert extracted[spot]["task"] and Path(extracted[spot]["task"]).parent == out / "tasks", extracted[spot]
+    tasks = [e for e in record["tasks"] if e["task"]]
+    for e in tasks:
+        assert Path(e["task"]).parent == out / "tasks" and e["spot"] in e["modules"], e
+    # alike modules (both blocks' fc1, both fc2, both norms) share one task, whose share is theirs together
+    for pair in (
+        ("blocks.0.fc1", "blocks.1.fc1"),
+        ("blocks.0.fc2", "blocks.1.fc2"),
+        ("blocks.0.norm", "blocks.1.norm"),
+    ):
+        serving = [e for e in tasks if set(pair) <= set(e["modules"])]
+        assert len(serving) == 1, (pair, tasks)
+        other = next(p for p in pair if p != serving[0]["spot"])
+        assert "its task serves both" in extracted[other]["reason"]
+        own = {s["spot"]: s["share"] for s in record["spots"]}
+        assert serving[0]["share"] == pytest.approx(own[pair[0]] + own[pair[1]])
+    assert any(e["spot"] == "head" and e["modules"] == ["head"] for e in tasks)
     assert "not a module; only modules become tasks so far" in extracted["(model): aten::softmax"]["reason"]
 
-    spec = importlib.util.spec_from_file_location("fc1_task", extracted["blocks.1.fc1"]["task"])
+    fc1 = next(e for e in tasks if "blocks.1.fc1" in e["modules"])
+    spec = importlib.util.spec_from_file_location("fc1_task", fc1["task"])
     task = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(task)
     from tests.usermodel.model import Stack
@@ -143,7 +158,8 @@ def test_the_top_spots_become_validated_tasks_with_the_models_weights(tmp_path):
     torch.manual_seed(0)  # how the model was built (loading.py): the task holds those weights, not new ones
     original = Stack().eval()
     reference = task.Model().eval()
-    torch.testing.assert_close(reference.op.weight, original.blocks[1].fc1.weight, rtol=0, atol=0)
+    module = original.get_submodule(fc1["spot"])
+    torch.testing.assert_close(reference.op.weight, module.weight, rtol=0, atol=0)
     (x,) = task.get_inputs()
     assert x.shape == (4, 16, 64) and x.dtype == torch.float32
-    torch.testing.assert_close(reference(x), original.blocks[1].fc1(x))
+    torch.testing.assert_close(reference(x), module(x))

@@ -1,0 +1,319 @@
+"""`cudagent optimize` on a user's own model: a parent run over one episode per hot spot.
+
+    RUNS/<model-run-id>/model-run.json     the record: the model, its inputs, the spots, their runs, the proof
+    RUNS/<model-run-id>/hotspots.*         the profile (hotspots.py)
+    RUNS/<model-run-id>/tasks/             the spots as tasks (extract.py)
+    RUNS/<model-run-id>/<package>/         the kernels as one package with patch(model) (package.py)
+    the branch cudagent/<model-run-id>     a final commit with the package, report.md and its chart (in the
+                                           model's own repository when its file lies in one, as runs do)
+
+Steps: profile the model on the device; turn the top spots into tasks; run one ordinary episode per task, one
+after another (each its own run, branch and per-turn commits, its header naming the parent); gather every spot
+whose run ended with a verified kernel into the package; prove it in a confined process (prove.py): the patched
+model against the original on fresh inputs, and end to end, eager and compiled, against what Amdahl's law
+predicts from the spots' own speedups. A spot that fails anywhere is reported and the others go on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from cudagent.errors import CudagentError
+
+RECORD = "model-run.json"
+
+
+@dataclass
+class ModelRequest:
+    """What the command line said about the model (loading.py's arguments) and how many spots to take."""
+
+    target: str | None = None
+    module: str | None = None
+    inputs: str | None = None
+    init: str | None = None
+    example: str | None = None
+    hf: str | None = None
+    top: int = 3
+
+    def load(self):
+        from cudagent.usermodel.loading import load_user_model
+
+        return load_user_model(
+            self.target,
+            self.module,
+            self.inputs,
+            self.init,
+            Path(self.example) if self.example else None,
+            Path(self.hf) if self.hf else None,
+        )
+
+    def files(self) -> list[Path]:
+        """The user's files the model is built from (read by the proof's confined process)."""
+        out = []
+        if self.target:
+            out.append(Path(self.target.partition(":")[0]).resolve())
+        for extra in (self.example, self.hf):
+            if extra:
+                out.append(Path(extra).resolve())
+        return out
+
+
+@dataclass
+class ModelRun:
+    run_id: str
+    directory: Path
+    record: dict = field(default_factory=dict)
+
+    def save(self) -> None:
+        tmp = self.directory / (RECORD + ".tmp")
+        tmp.write_text(json.dumps(self.record, indent=1, default=str) + "\n")
+        os.replace(tmp, self.directory / RECORD)
+
+
+def is_model_run(path: Path) -> bool:
+    return (path / RECORD).is_file()
+
+
+def load_record(path: Path) -> dict:
+    return json.loads((path / RECORD).read_text())
+
+
+def list_model_runs(root: Path) -> list[Path]:
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if is_model_run(p)]
+    return sorted(found, key=lambda p: (load_record(p).get("created", 0), p.name))
+
+
+def find_model_run(ref: str, root: Path) -> Path | None:
+    """A model run's directory from its id, a prefix, `last`, or a path; None when `ref` names none."""
+    runs = list_model_runs(root)
+    if ref == "last":
+        return None  # `last` is the last episode run, as it always was
+    for candidate in (Path(ref).expanduser(), root / ref):
+        if is_model_run(candidate):
+            return candidate.resolve()
+    matches = [p for p in runs if p.name.startswith(ref)]
+    return matches[0] if len(matches) == 1 else None
+
+
+def optimize_model(request: ModelRequest, start_episode, options, reporter, say) -> dict:
+    """The whole parent run. `start_episode(task_path, extra_header)` runs one episode and returns its summary
+    (runner.start_run with the command's policy); `say(text)` tells the user what is happening."""
+    from cudagent.agent.trajectory import new_run_id
+    from cudagent.device.info import resolve_device
+    from cudagent.usermodel.extract import extract_spots
+    from cudagent.usermodel.hotspots import find_hotspots
+    from cudagent.usermodel.loading import UserModelError
+
+    settings = options.settings
+    dev = resolve_device(options.device)
+    user = request.load()
+    model, args, kwargs = user.make(seed=0, device=dev.kind)
+    try:
+        found = find_hotspots(model, args, kwargs, dev.kind, user.name)
+    except Exception as exc:  # noqa: BLE001  (the user's forward on these inputs)
+        raise UserModelError(
+            f"{user.name} raised {type(exc).__name__} on the inputs {user.inputs.text()}: {str(exc).splitlines()[0]}; "
+            "check --inputs (or the script's call)"
+        ) from None
+    stem = _stem(user.name)
+    run_id = new_run_id(stem)
+    run = ModelRun(run_id, settings.runs_root / run_id)
+    run.directory.mkdir(parents=True)
+    (run.directory / "hotspots.json").write_text(json.dumps(found.to_dict(), indent=1) + "\n")
+    (run.directory / "hotspots.md").write_text(found.markdown())
+    found.chart(str(run.directory / "hotspots.png"))
+    run.record = {
+        "run_id": run.run_id,
+        "created": time.time(),
+        "model": user.name,
+        "request": asdict(request),
+        "inputs": user.inputs.text(),
+        "built": user.source,
+        "notes": user.notes,
+        "device": dev.kind,
+        "wall_ms": found.wall_ms,
+        "total_ms": found.total_ms,
+        "spots": [],
+        "state": "running",
+    }
+    run.save()
+    say(f"model run {run.run_id}: {user.name} takes {found.wall_ms:.3f} ms a call on {dev.kind}")
+    extracted = extract_spots(model, found, request.top, run.directory / "tasks", dev.kind, user.name)
+    del model
+    for e in extracted:
+        spot = {"spot": e.spot, "kind": e.kind, "share": e.share, "modules": e.modules, "task": e.task}
+        run.record["spots"].append(spot)
+        if e.task is None:
+            spot["outcome"] = f"not optimized: {e.reason}"
+            say(f"spot {e.spot}: {spot['outcome']}")
+            run.save()
+            continue
+        say(f"spot {e.spot} ({100 * e.share:.1f}% of the time, {len(e.modules)} module(s)): optimizing")
+        run.save()
+        try:
+            summary = start_episode(Path(e.task), {"parent": run.run_id, "spot": e.spot})
+        except KeyboardInterrupt:
+            spot["outcome"] = "interrupted"
+            run.record["state"] = "interrupted"
+            run.save()
+            raise
+        except CudagentError as exc:
+            spot["outcome"] = f"failed: {exc.message}"
+            say(f"spot {e.spot}: {spot['outcome']}")
+            run.save()
+            continue
+        spot["run_id"] = summary["run_id"]
+        best = summary.get("best") or {}
+        spot.update({k: best.get(k) for k in ("commit", "tier", "speedup_vs_eager", "speedup_vs_compile")})
+        spot["outcome"] = "kernel" if best.get("commit") and (best.get("tier") or -1) >= 1 else "no verified kernel"
+        spot["end"] = summary.get("exit_reason")
+        run.save()
+    run.record["result"] = put_back(run, request, options, say)
+    run.record["state"] = "done"
+    run.save()
+    return run.record
+
+
+def put_back(run: ModelRun, request: ModelRequest, options, say) -> dict:
+    """Package the spots that have a kernel, prove the package, write report.md and its chart, commit them."""
+    from cudagent.usermodel.package import spot_name, write_package
+    from cudagent.usermodel.report import write_report
+
+    spots = kernel_spots(run.record, options.settings.runs_root)
+    if not spots:
+        say("no spot ended with a verified kernel: nothing to put back")
+        return {"correct": None, "why": "no spot ended with a verified kernel"}
+    package = write_package(
+        spots, run.directory / f"{spot_name(_stem(run.record['model']))}_kernels", run.record["model"], run.run_id
+    )
+    proof = prove_package(package, request, run.record["device"], options.settings.confine, run.directory)
+    from cudagent.usermodel.prove import amdahl
+
+    applied = [s for s in spots if s["name"] in proof.get("applied", [])]
+    proof["predicted_speedup_vs_eager"] = amdahl(applied, run.record["total_ms"], run.record["wall_ms"])
+    proof["package"] = str(package)
+    for s in run.record["spots"]:
+        name = spot_name(s["spot"])
+        if name in proof.get("spots", {}):
+            s["put_back"] = proof["spots"][name]
+    run.record["result"] = proof
+    write_report(run, proof)
+    proof["commit"] = commit_result(run, request, package)
+    timing = proof.get("timing") or {}
+    if proof.get("correct"):
+        measured = timing.get("speedup_vs_eager")
+        predicted = proof["predicted_speedup_vs_eager"]
+        say(
+            f"put back {len(proof['applied'])} kernel(s): the patched model matches the original"
+            + (f"; {measured:.2f}x over eager measured, {predicted:.2f}x predicted" if measured and predicted else "")
+        )
+    else:
+        say(f"put back: {proof.get('error') or 'the patched model does not match the original'}")
+    return proof
+
+
+def kernel_spots(record: dict, runs_root: Path) -> list[dict]:
+    """The spots whose runs ended with a verified kernel, with their files at the best commit (package.py)."""
+    from cudagent.agent.gitrun import RunRepo
+    from cudagent.agent.trajectory import Trajectory
+    from cudagent.usermodel.package import spot_name
+
+    out = []
+    for s in record["spots"]:
+        if s.get("outcome") != "kernel":
+            continue
+        traj = Trajectory.load(runs_root / s["run_id"])
+        files = RunRepo.from_dict(traj.header["repo"]).files_at(s["commit"])
+        out.append(
+            {
+                "name": spot_name(s["spot"]),
+                "spot": s["spot"],
+                "modules": s["modules"],
+                "kind": s["kind"],
+                "share": s["share"],
+                "speedup_vs_eager": s.get("speedup_vs_eager"),
+                "speedup_vs_compile": s.get("speedup_vs_compile"),
+                "run_id": s["run_id"],
+                "commit": s["commit"],
+                "files": files,
+            }
+        )
+    return out
+
+
+def prove_package(package: Path, request: ModelRequest, device: str, confine: str, directory: Path) -> dict:
+    """Run prove.py on the package in a process of its own (confined) and return what it found."""
+    from cudagent.resources import PACKAGE_DIR
+
+    scratch = directory / "prove-scratch"
+    scratch.mkdir(exist_ok=True)
+    reads = [str(p if p.is_dir() else p.parent) for p in request.files()] + [str(package.parent)]
+    spec = {**asdict(request), "device": device, "package": str(package), "confine": confine, "read": reads}
+    for key in ("example", "hf"):
+        if spec[key]:
+            spec[key] = str(Path(spec[key]).resolve())
+    if spec["target"]:
+        path, sep, cls = spec["target"].partition(":")
+        spec["target"] = str(Path(path).resolve()) + sep + cls
+    (scratch / "request.json").write_text(json.dumps(spec))
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)},
+        "PYTHONPATH": str(PACKAGE_DIR.parent),
+        "HOME": str(scratch),
+        "TMPDIR": str(scratch),
+        # torch.compile's caches: inside the scratch, the one place the confined process may write
+        "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor"),
+        "TRITON_CACHE_DIR": str(scratch / "triton"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-s", "-m", "cudagent.usermodel.prove", str(scratch / "request.json")],
+        cwd=scratch,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    lines = done.stdout.strip().splitlines()
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        return {"correct": False, "error": f"the proof process failed (exit {done.returncode}): {' | '.join(tail)}"}
+
+
+def commit_result(run: ModelRun, request: ModelRequest, package: Path) -> str | None:
+    """The final commit on the branch cudagent/<model-run-id>: the package, report.md and its chart."""
+    import shutil
+
+    from cudagent.agent.gitrun import RunRepo
+
+    anchor = Path(request.target.partition(":")[0]) if request.target else run.directory / "report.md"
+    repo = RunRepo.create(anchor.resolve(), run.directory, run.run_id, _stem(run.record["model"]))
+    workspace = Path(repo.workspace)
+    workspace.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(package, workspace / package.name, ignore=shutil.ignore_patterns("_build", "__pycache__"))
+    for name in ("report.md", "report.png", "hotspots.md", "hotspots.png"):
+        shutil.copy2(run.directory / name, workspace / name)
+    run.record["repo"] = repo.to_dict()
+    result = run.record.get("result") or {}
+    return repo.commit(
+        f"cudagent: kernels for {run.record['model']} put back",
+        body=(run.directory / "report.md").read_text()[:4000],
+        trailers={
+            "Cudagent-Run": run.run_id,
+            "Cudagent-Correct": result.get("correct"),
+            "Cudagent-Speedup-Eager": (result.get("timing") or {}).get("speedup_vs_eager"),
+        },
+    )
+
+
+def _stem(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in name.split(":")[-1]).strip("-").lower() or "model"

@@ -1,0 +1,167 @@
+"""Put the kernels back and prove it: the patched model against the original, on fresh inputs and on one clock.
+
+    python -m cudagent.usermodel.prove REQUEST.json     (prints one JSON object)
+
+Runs in a process of its own, confined like a candidate's (cudagent/confine.py: the model's folders and the
+package readable, the package's build folders and its scratch writable, no network), since the package's kernels
+are a model's code. It builds the user's model as `optimize` did (the same seed), patches a copy with the package
+(package.py), and:
+
+- **verifies** the patched model against the original on fresh inputs (seeds the profile never used), with the
+  evaluator's tolerances (cudagent/evaluator/compare.py). A spot whose kernel breaks the model is found by
+  applying each spot alone, reported, and left out; the others are verified and timed without it.
+- **times** the original and the patched model, eager and under torch.compile, with the evaluator's timing loop
+  (cudagent/evaluator/measure.py: the same clock as every verdict), in interleaved rounds.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+SEEDS = (101, 202, 303)  # fresh inputs: hotspots and the tasks drew seed 0
+
+
+def main(argv: list[str]) -> int:
+    request = json.loads(Path(argv[0]).read_text())
+    _confine(request)
+    print(json.dumps(prove(request)))
+    return 0
+
+
+def _confine(request: dict) -> None:
+    import cudagent.confine as confine
+    import cudagent.isolation as isolation
+
+    isolation.drop_privileges()
+    plan = confine.Plan(request.get("confine", "best-effort"), read=request["read"], write=[request["package"]])
+    try:
+        request["confinement"] = confine.enter(plan)
+    except confine.Unconfined as exc:
+        print(json.dumps({"error": f"the kernels cannot run confined here ({exc}); use --confine best-effort"}))
+        sys.exit(0)
+
+
+def prove(request: dict) -> dict:
+    import importlib
+
+    from cudagent.usermodel.loading import load_user_model
+
+    device = request["device"]
+    user = load_user_model(
+        request.get("target"),
+        request.get("module"),
+        request.get("inputs"),
+        request.get("init"),
+        Path(request["example"]) if request.get("example") else None,
+        Path(request["hf"]) if request.get("hf") else None,
+    )
+    package = Path(request["package"])
+    sys.path.insert(0, str(package.parent))
+    kernels = importlib.import_module(package.name)
+    names = [s["name"] for s in kernels.SPOTS]
+    original, _, _ = user.make(seed=0, device=device)
+    result: dict = {"confinement": request.get("confinement"), "device": device, "spots": {}}
+    working = []
+    for name in names:  # each spot alone first: a kernel that breaks the model is named, and the others go on
+        alone = _patched(original, kernels, [name])
+        check = _verify(original, alone, user, device)
+        result["spots"][name] = check
+        if check["correct"]:
+            working.append(name)
+    result["applied"] = working
+    if not working:
+        result["correct"] = False
+        return result
+    patched = _patched(original, kernels, working)
+    result["verification"] = _verify(original, patched, user, device)
+    result["correct"] = result["verification"]["correct"]
+    if not result["correct"] or not request.get("timing", True):
+        return result
+    result["timing"] = _time(original, patched, user, device, request.get("rounds", 3))
+    return result
+
+
+def _patched(original, kernels, names):
+    import copy
+
+    model = copy.deepcopy(original)
+    kernels.patch(model, spots=names)
+    return model
+
+
+def _verify(original, patched, user, device: str) -> dict:
+    import torch
+
+    from cudagent.evaluator.compare import Tolerance, compare
+
+    worst = 0.0
+    for seed in SEEDS:
+        args, kwargs = user.inputs.make(seed, device)
+        try:
+            with torch.no_grad():
+                expected = original(*args, **kwargs)
+                got = patched(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001  (a kernel's failure is the finding)
+            return {"correct": False, "why": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+        outcome = compare(expected, got, Tolerance())
+        worst = max(worst, outcome.max_abs_error)
+        if not outcome.ok:
+            return {"correct": False, "why": outcome.violations[0].message, "max_abs_error": outcome.max_abs_error}
+    return {"correct": True, "max_abs_error": worst, "inputs": len(SEEDS)}
+
+
+def _time(original, patched, user, device: str, rounds: int) -> dict:
+    import torch
+
+    from cudagent.evaluator.measure import Plan, measure
+
+    dev = torch.device(device)
+    args, kwargs = user.inputs.make(SEEDS[0], device)
+    targets = {"eager": original, "patched": patched}
+    compiled = {}
+    errors = {}
+    for name, model in (("compile", original), ("patched_compile", patched)):
+        try:
+            fn = torch.compile(model)
+            with torch.no_grad():
+                fn(*args, **kwargs)
+            compiled[name] = fn
+        except Exception as exc:  # noqa: BLE001  (recorded: that target is not timed)
+            errors[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+    targets.update(compiled)
+    plan = Plan(min_samples=20, min_seconds=0.2, max_seconds=5.0, warmup_calls=3)
+    per_round: dict[str, list[float]] = {name: [] for name in targets}
+    for _ in range(rounds):  # interleaved, so drift hits every target alike
+        for name, model in targets.items():
+            samples = measure(lambda k, m=model: m(*args, **kwargs), 1, dev, plan)
+            per_round[name].append(statistics.median(samples["ms"]))
+    ms = {name: statistics.median(v) for name, v in per_round.items()}
+    spread = {name: [min(v), max(v)] for name, v in per_round.items()}
+    out = {"ms": ms, "round_spread_ms": spread, "rounds": rounds, "errors": errors}
+    if "eager" in ms and "patched" in ms:
+        out["speedup_vs_eager"] = ms["eager"] / ms["patched"]
+    if "compile" in ms:
+        best_patched = min(v for k, v in ms.items() if k.startswith("patched"))
+        out["speedup_vs_compile"] = ms["compile"] / best_patched
+    return out
+
+
+def amdahl(spots: list[dict], total_ms: float, wall_ms: float) -> float | None:
+    """The end-to-end speedup over eager that the spots' own speedups predict: each spot's share of one call's
+    wall time runs `speedup_vs_eager` times faster, the rest as before."""
+    fractions = []
+    for s in spots:
+        if not s.get("speedup_vs_eager"):
+            continue
+        fractions.append((min(1.0, s["share"] * total_ms / wall_ms) if wall_ms else s["share"], s["speedup_vs_eager"]))
+    if not fractions:
+        return None
+    rest = max(0.0, 1.0 - sum(f for f, _ in fractions))
+    return 1.0 / (rest + sum(f / k for f, k in fractions))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

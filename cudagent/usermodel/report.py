@@ -1,0 +1,111 @@
+"""report.md and report.png of a model run: each spot's share and speedup, and the end-to-end result, measured
+against what Amdahl's law predicts from the spots."""
+
+from __future__ import annotations
+
+
+def write_report(run, proof: dict) -> None:
+    record = run.record
+    (run.directory / "report.md").write_text(markdown(record, proof))
+    chart(record, proof, str(run.directory / "report.png"))
+
+
+def _x(value) -> str:
+    return f"{value:.2f}x" if value else "-"
+
+
+def markdown(record: dict, proof: dict) -> str:
+    lines = [
+        f"# {record['model']}: kernels put back",
+        "",
+        f"{record['device']}, inputs {record['inputs']}; one call took {record['wall_ms']:.3f} ms before "
+        f"(model run `{record['run_id']}`).",
+        "",
+        "| spot | kind | modules | share | run | tier | vs eager | vs compile | put back |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for s in record["spots"]:
+        put = s.get("put_back")
+        if put is None:
+            placed = s.get("outcome", "-")
+        elif put.get("correct"):
+            placed = "matches the original"
+        else:
+            placed = f"left out: {put.get('why', 'wrong')}"
+        lines.append(
+            f"| {s['spot']} | {s['kind']} | {len(s.get('modules') or [])} | {100 * s['share']:.1f}% | "
+            f"{s.get('run_id', '-')} | {s.get('tier', '-')} | {_x(s.get('speedup_vs_eager'))} | "
+            f"{_x(s.get('speedup_vs_compile'))} | {placed} |"
+        )
+    lines.append("")
+    if proof.get("error"):
+        lines += [f"The proof did not run: {proof['error']}", ""]
+    elif not proof.get("correct"):
+        lines += ["The patched model does not match the original; nothing is claimed.", ""]
+    else:
+        v = proof["verification"]
+        lines += [
+            f"The patched model ({len(proof['applied'])} kernel(s) applied) matches the original on {v['inputs']} "
+            f"fresh inputs (max abs error {v['max_abs_error']:.3g}; the evaluator's tolerances).",
+            "",
+        ]
+        timing = proof.get("timing") or {}
+        ms = timing.get("ms", {})
+        spread = timing.get("round_spread_ms", {})
+        lines += ["| model | ms per call | rounds (min-max) |", "| --- | --- | --- |"]
+        labels = {
+            "eager": "original, eager",
+            "patched": "patched, eager",
+            "compile": "original, torch.compile",
+            "patched_compile": "patched, torch.compile",
+        }
+        for key, label in labels.items():
+            if key in ms:
+                lo, hi = spread[key]
+                lines.append(f"| {label} | {ms[key]:.4f} | {lo:.4f}-{hi:.4f} |")
+            elif key in timing.get("errors", {}):
+                lines.append(f"| {label} | failed: {timing['errors'][key]} | |")
+        lines += [
+            "",
+            f"End to end over eager: **{_x(timing.get('speedup_vs_eager'))} measured**, "
+            f"{_x(proof.get('predicted_speedup_vs_eager'))} predicted by Amdahl's law from the spots' shares of one "
+            f"call and their own speedups; over torch.compile: {_x(timing.get('speedup_vs_compile'))} (the faster "
+            "patched variant). Timing: cudagent's evaluator loop, the same clock as every verdict, "
+            f"{timing.get('rounds')} interleaved rounds.",
+            "",
+        ]
+    lines += [
+        f"Apply it: `import {_package(proof)}; {_package(proof)}.patch(model)` "
+        "(`cudagent export RUN DEST` writes it anywhere).",
+        "",
+        "![speedups](report.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _package(proof: dict) -> str:
+    return (proof.get("package") or "kernels").rstrip("/").split("/")[-1]
+
+
+def chart(record: dict, proof: dict, path: str) -> None:
+    """Bars: each spot's speedup over eager (rank order of the table), then predicted and measured end to end (the
+    font draws digits only; the report's table names the bars)."""
+    from cudagent.png import BLUE, GREY, RED, Canvas
+
+    bars = [(str(i + 1), s.get("speedup_vs_eager") or 0.0, BLUE) for i, s in enumerate(record["spots"])]
+    bars.append(("0", proof.get("predicted_speedup_vs_eager") or 0.0, GREY))
+    bars.append(("0", (proof.get("timing") or {}).get("speedup_vs_eager") or 0.0, RED))
+    row_h, left, width = 26, 60, 720
+    c = Canvas(width, 20 + row_h * len(bars) + 10)
+    most = max((b for _, b, _ in bars), default=1.0) or 1.0
+    for i, (label, value, color) in enumerate(bars):
+        y = 20 + i * row_h
+        c.text(8, y + 4, label)
+        length = round((width - left - 110) * value / most)
+        c.rect(left, y, left + max(length, 1), y + row_h - 8, color)
+        c.text(left + length + 8, y + 4, f"{value:.2f}")
+    one = left + round((width - left - 110) / most)
+    c.rect(one, 10, one + 1, 20 + row_h * len(bars), GREY)
+    with open(path, "wb") as f:
+        f.write(c.png())

@@ -1,0 +1,236 @@
+"""`cudagent optimize model.py:Stack`: a user's own model end to end on the CPU, driven by a scripted model server
+that writes a known-good C++ kernel for whatever spot its task holds (Linear, LayerNorm, GELU): the profile, the
+tasks, one episode per spot, the kernels put back and proved, the report, the review commands, and the export
+applied in a fresh process."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.agent.episodes import cli_env, cudagent, git
+from tests.agent.script_server import ScriptedServer
+
+MODEL = Path(__file__).with_name("model.py")
+
+HEAD = """#include <torch/types.h>
+#include <torch/csrc/utils/pybind.h>
+#include <cmath>
+
+#include "../binding_registry.h"
+"""
+KERNELS = {
+    "Linear": """
+static torch::Tensor spot_forward(torch::Tensor x, torch::Tensor w, torch::Tensor b) {
+    TORCH_CHECK(x.is_contiguous() && x.scalar_type() == torch::kFloat32, "float32 contiguous input");
+    const int64_t k = x.size(-1), n = w.size(0), m = x.numel() / k;
+    auto sizes = x.sizes().vec();
+    sizes.back() = n;
+    auto out = torch::empty(sizes, x.options());
+    const float *px = x.data_ptr<float>(), *pw = w.data_ptr<float>(), *pb = b.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+#pragma omp parallel for
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+            float acc = pb[j];
+            for (int64_t t = 0; t < k; ++t) acc += px[i * k + t] * pw[j * k + t];
+            po[i * n + j] = acc;
+        }
+    return out;
+}
+""",
+    "LayerNorm": """
+static torch::Tensor spot_forward(torch::Tensor x, torch::Tensor w, torch::Tensor b) {
+    TORCH_CHECK(x.is_contiguous() && x.scalar_type() == torch::kFloat32, "float32 contiguous input");
+    const int64_t d = x.size(-1), rows = x.numel() / d;
+    auto out = torch::empty_like(x);
+    const float *px = x.data_ptr<float>(), *pw = w.data_ptr<float>(), *pb = b.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+#pragma omp parallel for
+    for (int64_t r = 0; r < rows; ++r) {
+        double mean = 0, var = 0;
+        for (int64_t t = 0; t < d; ++t) mean += px[r * d + t];
+        mean /= d;
+        for (int64_t t = 0; t < d; ++t) var += (px[r * d + t] - mean) * (px[r * d + t] - mean);
+        const double inv = 1.0 / std::sqrt(var / d + 1e-5);
+        for (int64_t t = 0; t < d; ++t) po[r * d + t] = (px[r * d + t] - mean) * inv * pw[t] + pb[t];
+    }
+    return out;
+}
+""",
+    "GELU": """
+static torch::Tensor spot_forward(torch::Tensor x) {
+    TORCH_CHECK(x.is_contiguous() && x.scalar_type() == torch::kFloat32, "float32 contiguous input");
+    auto out = torch::empty_like(x);
+    const float* px = x.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    const int64_t n = x.numel();
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; ++i) po[i] = 0.5f * px[i] * (1.0f + std::erf(px[i] * 0.70710678f));
+    return out;
+}
+""",
+}
+REGISTER = """
+static void register_spot(pybind11::module& m) { m.def("spot_forward", &spot_forward); }
+
+REGISTER_BINDING(spot, register_spot);
+"""
+MODEL_NEW = """import torch.nn as nn
+
+import cuda_extension
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.op = {call}
+
+    def forward(self, x0):
+        return cuda_extension.spot_forward({args})
+"""
+
+
+def _solve(step: int, messages: list[dict]):
+    """The scripted policy: from the task's `self.op = nn.X(...)`, a C++ kernel and a ModelNew with the same
+    state_dict layout; then compile, verify, profile (timed: the spot's speedups), finish."""
+    task = next(m["content"] for m in messages if m["role"] == "user")
+    found = re.search(r"self\.op = (nn\.(\w+)\(.*?\))(?:\.to\(.*?\))?\n", task)
+    if found is None or found.group(2) not in KERNELS:
+        return {"tool": "finish", "arguments": {"summary": "no kernel for this module"}}
+    call, kind = found.group(1), found.group(2)
+    args = "x0.contiguous()" + (", self.op.weight, self.op.bias" if kind != "GELU" else "")
+    steps = [
+        {
+            "tool": "write_file",
+            "arguments": {"path": "kernels/spot_cpu.cpp", "content": HEAD + KERNELS[kind] + REGISTER},
+        },
+        {
+            "tool": "write_file",
+            "arguments": {"path": "model_new.py", "content": MODEL_NEW.format(call=call, args=args)},
+        },
+        {"tool": "compile", "arguments": {}},
+        {"tool": "verify", "arguments": {}},
+        {"tool": "profile", "arguments": {}},
+        {"tool": "finish", "arguments": {"summary": f"{kind} in one OpenMP pass"}},
+    ]
+    return steps[min(step, len(steps) - 1)]
+
+
+@pytest.fixture(scope="module")
+def model_run(tmp_path_factory):
+    """One model run, shared by the tests below: Stack(dim=64, depth=2), its top 3 spots."""
+    root = tmp_path_factory.mktemp("own-model")
+    home = root / "home"
+    model = root / "project" / "model.py"  # outside any repository: the final commit goes to the run's own one
+    model.parent.mkdir()
+    shutil.copy2(MODEL, model)
+    with ScriptedServer(_solve) as server:
+        env = cli_env(home, server.url)
+        done = cudagent(
+            ["optimize", f"{model}:Stack", "--inputs", "x=f32[4,16,64]", "--top", "3", "--device", "cpu"]
+            + ["--no-final-check", "--max-turns", "8", "--json"],
+            env,
+            cwd=root,
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(done.stdout.strip().splitlines()[-1])
+    assert record["event"] == "model_run", done.stdout[-2000:]
+    return record, env, model.parent
+
+
+@pytest.mark.slow
+def test_a_users_model_is_profiled_optimized_spot_by_spot_put_back_and_proved(model_run):
+    record, env, root = model_run
+    spots = record["spots"]
+    assert len(spots) == 3 and record["state"] == "done"
+    optimized = [s for s in spots if s.get("outcome") == "kernel"]
+    assert optimized, spots
+    for s in optimized:  # each spot is an ordinary run, its header naming the parent and the spot
+        header = json.loads((Path(env["CUDAGENT_HOME"]) / "runs" / s["run_id"] / "trajectory.jsonl").open().readline())
+        assert header["parent"] == record["run_id"] and header["spot"] == s["spot"]
+        assert s["tier"] >= 1 and s["put_back"]["correct"], s
+    result = record["result"]
+    assert result["correct"] is True and result["verification"]["inputs"] == 3, result
+    assert {"eager", "patched", "compile"} <= set(result["timing"]["ms"]), result["timing"]
+    assert all(s["speedup_vs_eager"] for s in optimized), optimized  # profiled: each spot's own speedup
+    assert result["timing"]["speedup_vs_eager"] > 0 and result["predicted_speedup_vs_eager"] > 0
+    run_dir = Path(result["package"]).parent
+    report = (run_dir / "report.md").read_text()
+    assert "measured" in report and "predicted by Amdahl" in report and (run_dir / "report.png").is_file()
+    # the final commit holds the package, the report and its chart
+    repo = record["repo"]["repo_dir"]
+    files = git(repo, "show", "--name-only", "--format=%s", "HEAD").split()
+    assert "report.md" in files and "report.png" in files, files
+    assert any(f.endswith("spots.json") for f in files) and any(f.endswith(".cpp") for f in files), files
+
+
+@pytest.mark.slow
+def test_runs_log_and_show_know_the_model_run(model_run):
+    record, env, _ = model_run
+    listed = [json.loads(line) for line in cudagent(["runs", "--json"], env).stdout.splitlines()]
+    parent = next(r for r in listed if r.get("kind") == "model")
+    assert parent["run_id"] == record["run_id"] and parent["correct"] is True
+    children = {s["run_id"] for s in record["spots"] if s.get("run_id")}
+    assert children <= {r["run_id"] for r in listed}
+    log = cudagent(["log", record["run_id"]], env)
+    assert log.returncode == 0 and "end to end" in log.stdout and record["spots"][0]["spot"] in log.stdout, log
+    shown = cudagent(["show", record["run_id"], "1", "--json"], env)
+    assert json.loads(shown.stdout)["spot"] == record["spots"][0]["spot"]
+    missing = cudagent(["show", record["run_id"], "9"], env)
+    assert missing.returncode == 2 and "has no spot 9" in missing.stderr
+
+
+@pytest.mark.slow
+def test_the_export_patches_the_model_in_a_fresh_process_without_cudagent(model_run, tmp_path):
+    record, env, project = model_run
+    dest = tmp_path / "stack_kernels"
+    done = cudagent(["export", record["run_id"], str(dest)], env)
+    assert done.returncode == 0, done.stderr
+    assert not (dest / "_build").exists() and (dest / "spots.json").is_file()
+    script = f"""
+import sys, torch
+sys.path[:0] = [{str(tmp_path)!r}, {str(project)!r}]
+sys.modules["cudagent"] = None  # the package must need nothing from cudagent
+from model import Stack
+import stack_kernels
+torch.manual_seed(3)
+model = Stack().eval()
+x = torch.randn(4, 16, 64)
+expected = model(x)
+replaced = stack_kernels.patch(model)
+assert replaced, replaced
+assert all(type(model.get_submodule(p)).__name__ == "ModelNew" for p in replaced)
+torch.testing.assert_close(model(x), expected, rtol=1e-4, atol=1e-4)
+print(len(replaced))
+"""
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    served = sum(len(s["modules"]) for s in record["spots"] if s.get("outcome") == "kernel")
+    assert int(ran.stdout.split()[-1]) == served
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["{model}:Nope", "--inputs", "x=f32[4,16,64]"], "defines no module class Nope"),
+        (["{model}:Stack", "--inputs", "x=f32[4,16,63]"], "check --inputs"),
+        (["{model}:Stack", "--inputs", "x=f32[4,16,64]", "--top", "0"], "--top"),
+        (["{model}:Stack", "--inputs", "x=f32[4,16,64]", "--resume", "last"], "resume those"),
+    ],
+)
+def test_bad_input_to_a_model_run_is_one_sentence_exit_2_and_nothing_made(tmp_path, args, words):
+    model = tmp_path / "model.py"
+    shutil.copy2(MODEL, model)
+    before = model.read_bytes()
+    env = cli_env(tmp_path / "home", "http://127.0.0.1:9/v1")  # never reached: the model is checked first
+    done = cudagent(["optimize", *[a.format(model=model) for a in args], "--device", "cpu"], env, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert words in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert model.read_bytes() == before and not (tmp_path / "home" / "runs").exists()
