@@ -63,8 +63,9 @@ def from_module(path: Path) -> tuple[list[SeedFile], list[str]]:
     return seeds, skipped
 
 
-def constructor_call(module) -> str:
-    """`torch.nn.X(arg=value, ...)` that rebuilds `module`, checked by comparing the two modules' repr."""
+def constructor_call(module, spelled: str | None = None, namespace: dict | None = None) -> str:
+    """`nn.X(arg=value, ...)` that rebuilds `module`, checked by comparing the two modules' repr. Another class is
+    spelled `spelled` (its name in `namespace`, which the check evaluates the call in)."""
     import torch
 
     cls = type(module)
@@ -86,8 +87,8 @@ def constructor_call(module) -> str:
         if not isinstance(value, (int, float, bool, str, tuple, list, type(None))):
             raise ValueError(f"its argument {p.name!r} is a {type(value).__name__}")
         args.append(f"{p.name}={value!r}")
-    call = f"nn.{cls.__name__}({', '.join(args)})"
-    rebuilt = eval(call, {"nn": torch.nn})  # noqa: S307  (a call we built from numbers and strings)
+    call = f"{spelled or 'nn.' + cls.__name__}({', '.join(args)})"
+    rebuilt = eval(call, namespace or {"nn": torch.nn})  # noqa: S307  (a call we built from numbers and strings)
     if repr(rebuilt) != repr(module):
         raise ValueError(f"rebuilt as {rebuilt!r}, not {module!r}")
     return call

@@ -8,9 +8,10 @@ validated like any task before it is kept.
 Modules of one class, built alike (the same constructor call) and called at the same inputs share one task: its
 kernel serves all of them (each with its own weights), and the task's share is theirs together.
 
-What cannot become a task says why, and the others go on: an operator of a forward (not a module), a module that
-is not torch.nn's (its source would have to travel with the task), one whose constructor arguments cannot be read
-back, one that failed validation.
+A module of another installed package (transformers' Conv1D, a model's RMSNorm) becomes a task that imports its
+class from that package, as the model did. What cannot become a task says why, and the others go on: an operator
+of a forward (not a module), a module defined in the user's own file (its source would have to travel with the
+task), one whose constructor arguments cannot be read back, one that failed validation.
 """
 
 from __future__ import annotations
@@ -59,22 +60,26 @@ def extract_spots(model, found, top: int, directory: Path, device: str, model_na
             continue
         module = model.get_submodule(spot.spot)
         cls = type(module)
-        if not cls.__module__.startswith("torch.nn"):
-            item.reason = f"{cls.__name__} is not a torch.nn module: its source would have to travel with the task"
+        spelling = _spelling(cls)
+        if spelling is None:
+            item.reason = (
+                f"{cls.__name__} is defined in your own file, not in torch.nn or an installed package: its source "
+                "would have to travel with the task"
+            )
             continue
         inputs = found.module_inputs.get(spot.spot)
         if inputs is None or inputs.kwargs or not all(isinstance(a, TensorSpec) for a in inputs.args):
             item.reason = "its inputs are not tensors alone"
             continue
         try:
-            call = constructor_call(module)
+            call = constructor_call(module, *spelling[1:])
         except ValueError as exc:
             item.reason = f"{cls.__name__} cannot be rebuilt: {exc}"
             continue
         name = _SAFE.sub("_", f"{stem}_{spot.spot}").strip("_").lower()
         path, weights = directory / f"{name}.py", directory / f"{name}.weights.pt"
         _save_weights(module, weights)
-        path.write_text(_render(spot, model_name, call, inputs, weights, _param_dtype(module)))
+        path.write_text(_render(spot, model_name, call, inputs, weights, _param_dtype(module), spelling[0]))
         try:
             validate_task(load_task(path), device)
         except CudagentError as exc:
@@ -83,12 +88,35 @@ def extract_spots(model, found, top: int, directory: Path, device: str, model_na
             item.reason = f"the task did not validate: {exc.message}"
             continue
         item.task = str(path)
-        item.modules = _alike(model, spot.spot, call, found.module_inputs)
+        item.modules = _alike(model, spot.spot, call, spelling, found.module_inputs)
         item.share = sum(shares.get(m, 0.0) for m in item.modules)
     return out
 
 
-def _alike(model, path: str, call: str, module_inputs: dict) -> list[str]:
+def _spelling(cls) -> tuple[str, str | None, dict | None] | None:
+    """(the task's import line, the class's name in it, the namespace to check a call in) for a class a task can
+    import by name; None for a class of the user's own file (loaded under a name nothing else can import)."""
+    import importlib
+
+    import torch
+
+    if cls.__module__.startswith("torch.nn"):
+        return ("", None, None)
+    if cls.__module__ in ("__main__", "builtins") or cls.__module__.startswith("cudagent_user_"):
+        return None
+    if "." in cls.__qualname__ or "<" in cls.__qualname__:
+        return None  # a nested or local class
+    try:
+        found = getattr(importlib.import_module(cls.__module__), cls.__qualname__, None)
+    except Exception:  # noqa: BLE001  (any failure means: not importable by name)
+        return None
+    if found is not cls:
+        return None
+    alias = cls.__name__
+    return (f"from {cls.__module__} import {alias}\n", alias, {alias: cls, "nn": torch.nn})
+
+
+def _alike(model, path: str, call: str, spelling, module_inputs: dict) -> list[str]:
     """The modules of `model` that one kernel serves with `path`'s: same class, same constructor call, same inputs."""
     from cudagent.data.seeds import constructor_call
 
@@ -100,7 +128,7 @@ def _alike(model, path: str, call: str, module_inputs: dict) -> list[str]:
         if module_inputs[name].text() != seen.text():
             continue
         try:
-            if constructor_call(other) == call:
+            if constructor_call(other, *spelling[1:]) == call:
                 alike.append(name)
         except ValueError:
             continue
@@ -129,7 +157,7 @@ def _maker(spec: TensorSpec) -> str:
     return f"torch.randint(0, {spec.high or 128}, {shape}, dtype=torch.{spec.dtype})"
 
 
-def _render(spot, model_name: str, call: str, inputs: Inputs, weights: Path, dtype: str | None) -> str:
+def _render(spot, model_name: str, call: str, inputs: Inputs, weights: Path, dtype: str | None, imports: str) -> str:
     params = ", ".join(f"x{i}" for i in range(len(inputs.args)))
     to_dtype = f".to(torch.{dtype})" if dtype else ""
     makers = ", ".join(_maker(a) for a in inputs.args)
@@ -140,7 +168,7 @@ At the inputs it was seen with, with the model's own weights; extracted by `cuda
 
 import torch
 import torch.nn as nn
-
+{imports}
 WEIGHTS = {str(weights.resolve())!r}
 
 

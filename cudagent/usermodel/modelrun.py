@@ -145,7 +145,9 @@ def optimize_model(request: ModelRequest, start_episode, options, reporter, say)
         "state": "running",
     }
     run.save()
-    say(f"model run {run.run_id}: {user.name} takes {found.wall_ms:.3f} ms a call on {dev.kind}")
+    say(f"model run {run.run_id}: {user.name} takes {found.wall_ms:.3f} ms a call on {dev.kind}; its hot spots:")
+    for row in found.table(max(10, request.top))[1:]:
+        say(f"  {row[0]:>3} {row[3]:>6} {row[4]:>9} ms  {row[1]} ({row[2]}; {row[6]} {row[7]})")
     extracted = extract_spots(model, found, request.top, run.directory / "tasks", dev.kind, user.name)
     del model
     for e in extracted:
@@ -249,7 +251,9 @@ def kernel_spots(record: dict, runs_root: Path) -> list[dict]:
     return out
 
 
-def prove_package(package: Path, request: ModelRequest, device: str, confine: str, directory: Path) -> dict:
+def prove_package(
+    package: Path, request: ModelRequest, device: str, confine: str, directory: Path, timing: bool = True
+) -> dict:
     """Run prove.py on the package in a process of its own (confined) and return what it found."""
     from cudagent.resources import PACKAGE_DIR
 
@@ -257,6 +261,7 @@ def prove_package(package: Path, request: ModelRequest, device: str, confine: st
     scratch.mkdir(exist_ok=True)
     reads = [str(p if p.is_dir() else p.parent) for p in request.files()] + [str(package.parent)]
     spec = {**asdict(request), "device": device, "package": str(package), "confine": confine, "read": reads}
+    spec["timing"] = timing
     for key in ("example", "hf"):
         if spec[key]:
             spec[key] = str(Path(spec[key]).resolve())

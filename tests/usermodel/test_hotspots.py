@@ -83,13 +83,20 @@ def test_a_transformers_model_from_a_config_alone(tmp_path):
     directory = tmp_path / "gpt2-tiny"
     config = GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=500, n_positions=64, bos_token_id=0, eos_token_id=0)
     config.save_pretrained(directory)
-    record = _json(_run(tmp_path, "--hf", str(directory), "--inputs", "input_ids=i64[2,32]<500", "--json"))
+    out = tmp_path / "o"
+    args = ["--inputs", "input_ids=i64[2,32]<500", "--tasks", "40", "--out", str(out), "--json"]
+    record = _json(_run(tmp_path, "--hf", str(directory), *args))
     spots = _spots(record)
     assert record["model"] == "hf:gpt2-tiny" and record["notes"] == [
         "no weights in the directory: built from its config with random weights"
     ]
     assert spots["h.0.mlp.c_fc"]["kind"] == "Conv1D" and spots["h.0.mlp.c_fc"]["shapes"] == ["2x32x64"]
     assert any(s.startswith("h.1.attn: ") for s in spots)  # the attention's own ops, beside its projections
+    # transformers' own Conv1D becomes a task that imports it as the model does; both layers' c_fc share it
+    tasks = {e["spot"]: e for e in record["tasks"]}
+    c_fc = next(e for e in tasks.values() if e["task"] and "h.0.mlp.c_fc" in e["modules"])
+    assert set(c_fc["modules"]) == {"h.0.mlp.c_fc", "h.1.mlp.c_fc"} and c_fc["kind"] == "Conv1D"
+    assert "from transformers.pytorch_utils import Conv1D" in Path(c_fc["task"]).read_text()
     default = _json(_run(tmp_path, "--hf", str(directory), "--json"))  # no --inputs: ids within vocabulary, positions
     assert default["inputs"] == "input_ids=int64[1,64]<500"
 

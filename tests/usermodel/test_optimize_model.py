@@ -234,3 +234,83 @@ def test_bad_input_to_a_model_run_is_one_sentence_exit_2_and_nothing_made(tmp_pa
     assert done.returncode == 2, done.stderr[-2000:]
     assert words in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert model.read_bytes() == before and not (tmp_path / "home" / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "call",
+    ["Conv1D(nf=2304, nx=768)", "nn.Linear(in_features=64, out_features=256, bias=True)", "NewGELUActivation()"]
+    + ["nn.LayerNorm(normalized_shape=(768,), eps=1e-05, elementwise_affine=True, bias=True)"],
+)
+def test_the_gpu_scripts_modelnew_takes_the_tasks_state_dict(call, monkeypatch):
+    """The GPU test's scripted ModelNew (cuda_kernels.py) must accept each task's state_dict strictly, as the
+    evaluator and patch() require; checked here, on the CPU, for the modules of a GPT-2-class model."""
+    import types
+
+    import torch.nn as nn
+    from transformers.activations import NewGELUActivation
+    from transformers.pytorch_utils import Conv1D
+
+    from tests.usermodel.cuda_kernels import model_new
+
+    monkeypatch.setitem(sys.modules, "cuda_extension", types.ModuleType("cuda_extension"))
+    namespace: dict = {}
+    exec(model_new(call), namespace)  # noqa: S102  (our own test's source)
+    reference = nn.Module()
+    reference.op = eval(call, {"nn": nn, "Conv1D": Conv1D, "NewGELUActivation": NewGELUActivation})  # noqa: S307
+    new = namespace["ModelNew"]()
+    new.load_state_dict(reference.state_dict(), strict=True)
+    assert {k: v.shape for k, v in new.state_dict().items()} == {k: v.shape for k, v in reference.state_dict().items()}
+
+
+GELU_NEW = """import torch.nn as nn
+import torch.nn.functional as F
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.op = nn.Module()
+
+    def forward(self, x0):
+        return F.gelu(x0)
+"""
+HEAD_DOUBLED = """import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.op = nn.Linear(64, 64)
+
+    def forward(self, x0):
+        return self.op(x0) * 2.0  # (plus one would pass: the model takes a softmax of it)
+"""
+
+
+def test_a_kernel_that_breaks_the_model_is_named_and_left_out_and_the_others_are_put_back(tmp_path):
+    """prove.py on a package of two spots, one of them wrong: each spot is tried alone, the wrong one is reported
+    and left out, the model patched with the other matches the original."""
+    from cudagent.usermodel.modelrun import ModelRequest, prove_package
+    from cudagent.usermodel.package import write_package
+
+    model = tmp_path / "model.py"
+    shutil.copy2(MODEL, model)
+
+    def spot(name, modules, source):
+        return {"name": name, "modules": modules, "kind": "x", "share": 0.1, "run_id": "r", "commit": "c"} | {
+            "files": {"model_new.py": source.encode()}
+        }
+
+    acts = ["blocks.0.act", "blocks.1.act"]
+    package = write_package(
+        [spot("blocks_0_act", acts, GELU_NEW), spot("head", ["head"], HEAD_DOUBLED)],
+        tmp_path / "stack_kernels",
+        "model.py:Stack",
+        "test",
+    )
+    request = ModelRequest(target=f"{model}:Stack", inputs="x=f32[4,16,64]")
+    result = prove_package(package, request, "cpu", "best-effort", tmp_path, timing=False)
+    assert result["spots"]["blocks_0_act"]["correct"] is True, result
+    assert result["spots"]["head"]["correct"] is False and "values differ" in result["spots"]["head"]["why"], result
+    assert result["applied"] == ["blocks_0_act"] and result["correct"] is True, result
+    assert result["confinement"]["level"] == "best-effort" and "timing" not in result
