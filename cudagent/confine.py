@@ -27,7 +27,7 @@ Levels: `strict` refuses to run unconfined (the process exits with EXIT_UNCONFIN
 `best-effort` applies what the kernel offers and reports the rest; `off` applies nothing. `status()` says what
 holds; it travels in the child's hello into every verdict.
 
-One module of about 450 lines: the grants, the two mechanisms and the levels are one policy, reviewed together.
+One module of about 470 lines: the grants, the two mechanisms and the levels are one policy, reviewed together.
 """
 
 from __future__ import annotations

@@ -51,21 +51,15 @@ def hotspots(
     operators each module's own forward calls, with their share of the time, calls, shapes and dtypes."""
     from cudagent.device.info import resolve_device
     from cudagent.settings import Settings
-    from cudagent.usermodel.hotspots import find_hotspots
-    from cudagent.usermodel.loading import UserModelError, load_user_model
+    from cudagent.usermodel.hotspots import profile_user_model
+    from cudagent.usermodel.loading import load_user_model
 
     if iterations <= 0 or top <= 0 or tasks < 0:
         raise typer.BadParameter("must be positive", param_hint="--iterations / --top / --tasks")
     dev = resolve_device(device)
     user = load_user_model(target, module, inputs, init, example, hf)
     model, args, kwargs = user.make(seed=0, device=dev.kind)
-    try:
-        found = find_hotspots(model, args, kwargs, dev.kind, user.name, iterations)
-    except Exception as exc:  # noqa: BLE001  (the user's forward on these inputs)
-        raise UserModelError(
-            f"{user.name} raised {type(exc).__name__} on the inputs {user.inputs.text()}: {str(exc).splitlines()[0]}; "
-            "check --inputs (or the script's call)"
-        ) from None
+    found = profile_user_model(user, model, args, kwargs, dev.kind, iterations)
     directory = out or Settings.from_env().home / "hotspots" / f"{_stem(user.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
     directory.mkdir(parents=True, exist_ok=True)
     record = {**found.to_dict(), "inputs": user.inputs.text(), "built": user.source, "notes": user.notes}

@@ -93,6 +93,19 @@ class Hotspots:
             f.write(c.png())
 
 
+def profile_user_model(user, model, args: list, kwargs: dict, device: str, iterations: int = 5):
+    """find_hotspots on a user's model (loading.UserModel), its forward's failure said as one sentence."""
+    from cudagent.usermodel.loading import UserModelError
+
+    try:
+        return find_hotspots(model, args, kwargs, device, user.name, iterations)
+    except Exception as exc:  # noqa: BLE001  (the user's forward on these inputs)
+        raise UserModelError(
+            f"{user.name} raised {type(exc).__name__} on the inputs {user.inputs.text()}: {str(exc).splitlines()[0]}; "
+            "check --inputs (or the script's call)"
+        ) from None
+
+
 def find_hotspots(model, args: list, kwargs: dict, device: str, name: str, iterations: int = 5, warmup: int = 2):
     """Profile `iterations` calls of model(*args, **kwargs) on `device` (after `warmup` calls) and rank the spots."""
     import torch

@@ -109,20 +109,13 @@ def optimize_model(request: ModelRequest, start_episode, options, reporter, say)
     from cudagent.agent.trajectory import new_run_id
     from cudagent.device.info import resolve_device
     from cudagent.usermodel.extract import extract_spots
-    from cudagent.usermodel.hotspots import find_hotspots
-    from cudagent.usermodel.loading import UserModelError
+    from cudagent.usermodel.hotspots import profile_user_model
 
     settings = options.settings
     dev = resolve_device(options.device)
     user = request.load()
     model, args, kwargs = user.make(seed=0, device=dev.kind)
-    try:
-        found = find_hotspots(model, args, kwargs, dev.kind, user.name)
-    except Exception as exc:  # noqa: BLE001  (the user's forward on these inputs)
-        raise UserModelError(
-            f"{user.name} raised {type(exc).__name__} on the inputs {user.inputs.text()}: {str(exc).splitlines()[0]}; "
-            "check --inputs (or the script's call)"
-        ) from None
+    found = profile_user_model(user, model, args, kwargs, dev.kind)
     stem = _stem(user.name)
     run_id = new_run_id(stem)
     run = ModelRun(run_id, settings.runs_root / run_id)
