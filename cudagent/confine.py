@@ -138,9 +138,10 @@ _SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC = 1, 1
 _AF_UNIX, _SOCK_DGRAM, _SOCK_TYPE_MASK = 1, 2, 0xF
 # The system calls the filter answers with an error instead of running them. connect(): no service is running, as
 # far as the candidate can tell. bind() is not among them: the CUDA driver binds a Unix socket of its own while it
-# starts (cuInit fails with error 304, "OS call failed", when bind is refused; benchmarks/results/confine-gpu-probe
-# .json), and a socket a candidate binds is reachable by no other candidate (connect is refused to all of them, and
-# a datagram socket cannot be had), only by a process outside every sandbox that goes looking for it.
+# starts (cuInit fails with error 304, "OS call failed", when bind is refused: on the H100,
+# benchmarks/results/confine-gpu-probe-bisect.json), and a socket a candidate binds is reachable by no other
+# candidate (connect is refused to all of them, and a datagram socket cannot be had), only by a process outside
+# every sandbox that goes looking for it.
 REFUSED = {
     "connect": errno.ECONNREFUSED,
     "ptrace": errno.EPERM,

@@ -106,6 +106,27 @@ def speedup_plot(rows: dict[str, list[float]], path: str, lo: float = -3.0, hi: 
         f.write(c.png())
 
 
+def bar_plot(bars: list[tuple[str, float, str, tuple]], path: str, mark: float | None = None) -> None:
+    """Horizontal bars, one row each: (label at the left, value, the text at the bar's end, color); a thin line
+    across every row at `mark` (1x, say) when given."""
+    row_h, left, width = 26, 60, 720
+    c = Canvas(width, 20 + row_h * max(1, len(bars)) + 10)
+    most = max((value for _, value, _, _ in bars), default=1.0) or 1.0
+    scale = (width - left - 110) / most
+    for i, (label, value, text, color) in enumerate(bars):
+        y = 20 + i * row_h
+        c.text(8, y + 4, label)
+        length = round(scale * value)
+        c.rect(left, y, left + max(length, 1), y + row_h - 8, color)
+        c.text(left + length + 8, y + 4, text)
+        c.rect(left, y + row_h - 4, width - 20, y + row_h - 4, GREY)
+    if mark is not None:
+        x = left + round(scale * mark)
+        c.rect(x, 10, x + 1, 20 + row_h * len(bars), GREY)
+    with open(path, "wb") as f:
+        f.write(c.png())
+
+
 def histogram_plot(panels: list[dict[str, int]], path: str) -> None:
     """Bar charts one above the other (e.g. runtimes by decade, similarities by tenth): a bar per bucket, its count
     above it and its label below (digits, '.', '-' and 'x' only: the font is small)."""

@@ -3,12 +3,12 @@
 DEST/__init__.py     builds the extension on first import (cached under DEST/_build/) and exposes ModelNew
 DEST/_extension.py   the build: torch.utils.cpp_extension.load over binding.cpp and kernels/
 DEST/model_new.py    ModelNew, as the agent wrote it (its `import cuda_extension` finds the built module)
+DEST/model.py        the reference it was verified against
+DEST/kernels/, DEST/binding.cpp, DEST/binding_registry.h
 
 The extension is built under a name of its own (`cuda_extension_<hash of its sources>`) and answers to
 `cuda_extension` only while its model_new.py is imported, so several exported packages live in one process (the
 kernels of a user's model, cudagent/usermodel/package.py).
-DEST/model.py        the reference it was verified against
-DEST/kernels/, DEST/binding.cpp, DEST/binding_registry.h
 """
 
 from __future__ import annotations

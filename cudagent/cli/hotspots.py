@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from cudagent.cli.app import app
-from cudagent.cli.options import device_option
+from cudagent.cli.options import device_option, model_option
 from cudagent.errors import ExitCode
 
 MODEL_HELP = (
@@ -29,11 +29,11 @@ MODEL_HELP = (
 )
 def hotspots(
     target: str = typer.Argument(None, help=MODEL_HELP, show_default=False),
-    module: str = typer.Option(None, help="The module class, when the file defines several (or use FILE:CLASS)."),
-    inputs: str = typer.Option(None, help="Example inputs, e.g. 'x=bf16[8,1024,768], mask=bool[8,1024]'."),
-    init: str = typer.Option(None, help="Constructor arguments: a Python list, or a dict of keywords."),
-    example: Path = typer.Option(None, help="A script that runs your model: its first call gives the inputs."),
-    hf: Path = typer.Option(None, help="A transformers model directory (a config alone: random weights)."),
+    module: str = model_option("module"),
+    inputs: str = model_option("inputs"),
+    init: str = model_option("init"),
+    example: Path = model_option("example"),
+    hf: Path = model_option("hf"),
     device: str = device_option("Where to run the model: the GPU, or the CPU."),
     iterations: int = typer.Option(5, help="Calls profiled (after two warm-up calls)."),
     top: int = typer.Option(15, help="Spots shown in the table and the chart."),

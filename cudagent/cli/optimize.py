@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from cudagent.cli.app import app
-from cudagent.cli.options import ENV_HELP, confine_option, device_option, evaluator_urls
+from cudagent.cli.options import ENV_HELP, confine_option, device_option, evaluator_urls, model_option
 from cudagent.errors import CudagentError, ExitCode, Terminated
 
 OPTIMIZE_EXIT = (
@@ -44,23 +44,11 @@ def optimize(
         "model.py when it defines one module class). Not with --resume.",
         show_default=False,
     ),
-    module: str = typer.Option(
-        None, help="Your model's class, when the file defines several.", rich_help_panel=USER_PANEL
-    ),
-    inputs: str = typer.Option(
-        None,
-        help="Your model's example inputs, e.g. 'x=bf16[8,1024,768], mask=bool[8,1024]'.",
-        rich_help_panel=USER_PANEL,
-    ),
-    init: str = typer.Option(
-        None, help="Constructor arguments: a Python list, or a dict of keywords.", rich_help_panel=USER_PANEL
-    ),
-    example: Path = typer.Option(
-        None, help="A script that runs your model: its first call gives the inputs.", rich_help_panel=USER_PANEL
-    ),
-    hf: Path = typer.Option(
-        None, help="A transformers model directory (a config alone: random weights).", rich_help_panel=USER_PANEL
-    ),
+    module: str = model_option("module", USER_PANEL),
+    inputs: str = model_option("inputs", USER_PANEL),
+    init: str = model_option("init", USER_PANEL),
+    example: Path = model_option("example", USER_PANEL),
+    hf: Path = model_option("hf", USER_PANEL),
     top: int = typer.Option(3, help="How many hot spots of your model to optimize.", rich_help_panel=USER_PANEL),
     model: str = typer.Option(
         None,
@@ -219,9 +207,7 @@ def optimize(
             def episode(path, extra):
                 return start_run(path, settings, options, reporter, extra_header=extra)
 
-            record = optimize_model(
-                request, episode, options, reporter, lambda text: typer.echo(f"cudagent: {text}", err=True)
-            )
+            record = optimize_model(request, episode, options, lambda text: typer.echo(f"cudagent: {text}", err=True))
             reporter.close()
             _print_model_run(record, as_json)
             raise typer.Exit(int(ExitCode.OK))

@@ -66,3 +66,18 @@ def evaluator_urls(value: str | None) -> list[str] | None:
     from cudagent.evaluator.remote import check_url
 
     return [check_url(u) for u in value.split(",") if u.strip()] or None
+
+
+# A user's own model (cudagent/usermodel/loading.py): how `hotspots` and `optimize` are told what to build and call.
+MODEL_OPTION_HELP = {
+    "module": "Your model's class, when the file defines several (or use FILE:CLASS).",
+    "inputs": "Your model's example inputs, e.g. 'x=bf16[8,1024,768], mask=bool[8,1024]'.",
+    "init": "Constructor arguments: a Python list, or a dict of keywords.",
+    "example": "A script that runs your model: its first call gives the inputs.",
+    "hf": "A transformers model directory (a config alone: random weights).",
+}
+
+
+def model_option(name: str, panel: str | None = None):
+    """--module, --inputs, --init, --example or --hf, worded alike wherever a user's model is given."""
+    return typer.Option(None, help=MODEL_OPTION_HELP[name], rich_help_panel=panel, show_default=False)

@@ -76,21 +76,9 @@ class Hotspots:
     def chart(self, path: str, top: int = 15) -> None:
         """Bars of each spot's share, ranked (the font draws digits only: ranks and percentages; the table names
         them)."""
-        from cudagent.png import BLUE, GREY, Canvas
+        from cudagent.png import BLUE, bar_plot
 
-        spots = self.spots[:top]
-        row_h, left, width = 26, 60, 720
-        c = Canvas(width, 20 + row_h * max(1, len(spots)) + 10)
-        most = max((s.share for s in spots), default=1.0) or 1.0
-        for i, s in enumerate(spots):
-            y = 20 + i * row_h
-            c.text(8, y + 4, str(s.rank))
-            length = round((width - left - 110) * s.share / most)
-            c.rect(left, y, left + length, y + row_h - 8, BLUE)
-            c.text(left + length + 8, y + 4, f"{100 * s.share:.1f}")
-            c.rect(left, y + row_h - 4, width - 20, y + row_h - 4, GREY)
-        with open(path, "wb") as f:
-            f.write(c.png())
+        bar_plot([(str(s.rank), s.share, f"{100 * s.share:.1f}", BLUE) for s in self.spots[:top]], path)
 
 
 def profile_user_model(user, model, args: list, kwargs: dict, device: str, iterations: int = 5):

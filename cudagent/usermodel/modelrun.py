@@ -53,6 +53,19 @@ class ModelRequest:
             Path(self.hf) if self.hf else None,
         )
 
+    def resolved(self) -> ModelRequest:
+        """The same request with absolute paths, for a process that runs elsewhere (prove.py)."""
+        path, sep, cls = (self.target or "").partition(":")
+        return ModelRequest(
+            str(Path(path).resolve()) + sep + cls if self.target else None,
+            self.module,
+            self.inputs,
+            self.init,
+            str(Path(self.example).resolve()) if self.example else None,
+            str(Path(self.hf).resolve()) if self.hf else None,
+            self.top,
+        )
+
     def files(self) -> list[Path]:
         """The user's files the model is built from (read by the proof's confined process)."""
         out = []
@@ -103,7 +116,7 @@ def find_model_run(ref: str, root: Path) -> Path | None:
     return matches[0] if len(matches) == 1 else None
 
 
-def optimize_model(request: ModelRequest, start_episode, options, reporter, say) -> dict:
+def optimize_model(request: ModelRequest, start_episode, options, say) -> dict:
     """The whole parent run. `start_episode(task_path, extra_header)` runs one episode and returns its summary
     (runner.start_run with the command's policy); `say(text)` tells the user what is happening."""
     from cudagent.agent.trajectory import new_run_id
@@ -180,7 +193,7 @@ def optimize_model(request: ModelRequest, start_episode, options, reporter, say)
 def put_back(run: ModelRun, request: ModelRequest, options, say) -> dict:
     """Package the spots that have a kernel, prove the package, write report.md and its chart, commit them."""
     from cudagent.usermodel.package import spot_name, write_package
-    from cudagent.usermodel.report import write_report
+    from cudagent.usermodel.report import amdahl, write_report
 
     spots = kernel_spots(run.record, options.settings.runs_root)
     if not spots:
@@ -190,7 +203,6 @@ def put_back(run: ModelRun, request: ModelRequest, options, say) -> dict:
         spots, run.directory / f"{spot_name(_stem(run.record['model']))}_kernels", run.record["model"], run.run_id
     )
     proof = prove_package(package, request, run.record["device"], options.settings.confine, run.directory)
-    from cudagent.usermodel.prove import amdahl
 
     applied = [s for s in spots if s["name"] in proof.get("applied", [])]
     proof["predicted_speedup_vs_eager"] = amdahl(applied, run.record["total_ms"], run.record["wall_ms"])
@@ -253,14 +265,8 @@ def prove_package(
     scratch = directory / "prove-scratch"
     scratch.mkdir(exist_ok=True)
     reads = [str(p if p.is_dir() else p.parent) for p in request.files()] + [str(package.parent)]
-    spec = {**asdict(request), "device": device, "package": str(package), "confine": confine, "read": reads}
-    spec["timing"] = timing
-    for key in ("example", "hf"):
-        if spec[key]:
-            spec[key] = str(Path(spec[key]).resolve())
-    if spec["target"]:
-        path, sep, cls = spec["target"].partition(":")
-        spec["target"] = str(Path(path).resolve()) + sep + cls
+    spec = {"model": asdict(request.resolved()), "device": device, "package": str(package), "confine": confine}
+    spec.update(read=reads, timing=timing)
     (scratch / "request.json").write_text(json.dumps(spec))
     env = {
         **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)},

@@ -47,17 +47,10 @@ def _confine(request: dict) -> None:
 def prove(request: dict) -> dict:
     import importlib
 
-    from cudagent.usermodel.loading import load_user_model
+    from cudagent.usermodel.modelrun import ModelRequest
 
     device = request["device"]
-    user = load_user_model(
-        request.get("target"),
-        request.get("module"),
-        request.get("inputs"),
-        request.get("init"),
-        Path(request["example"]) if request.get("example") else None,
-        Path(request["hf"]) if request.get("hf") else None,
-    )
+    user = ModelRequest(**request["model"]).load()
     package = Path(request["package"])
     sys.path.insert(0, str(package.parent))
     kernels = importlib.import_module(package.name)
@@ -147,20 +140,6 @@ def _time(original, patched, user, device: str, rounds: int) -> dict:
         best_patched = min(v for k, v in ms.items() if k.startswith("patched"))
         out["speedup_vs_compile"] = ms["compile"] / best_patched
     return out
-
-
-def amdahl(spots: list[dict], total_ms: float, wall_ms: float) -> float | None:
-    """The end-to-end speedup over eager that the spots' own speedups predict: each spot's share of one call's
-    wall time runs `speedup_vs_eager` times faster, the rest as before."""
-    fractions = []
-    for s in spots:
-        if not s.get("speedup_vs_eager"):
-            continue
-        fractions.append((min(1.0, s["share"] * total_ms / wall_ms) if wall_ms else s["share"], s["speedup_vs_eager"]))
-    if not fractions:
-        return None
-    rest = max(0.0, 1.0 - sum(f for f, _ in fractions))
-    return 1.0 / (rest + sum(f / k for f, k in fractions))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,20 @@ against what Amdahl's law predicts from the spots."""
 from __future__ import annotations
 
 
+def amdahl(spots: list[dict], total_ms: float, wall_ms: float) -> float | None:
+    """The end-to-end speedup over eager that the spots' own speedups predict: each spot's share of one call's
+    wall time runs `speedup_vs_eager` times faster, the rest as before."""
+    fractions = []
+    for s in spots:
+        if not s.get("speedup_vs_eager"):
+            continue
+        fractions.append((min(1.0, s["share"] * total_ms / wall_ms) if wall_ms else s["share"], s["speedup_vs_eager"]))
+    if not fractions:
+        return None
+    rest = max(0.0, 1.0 - sum(f for f, _ in fractions))
+    return 1.0 / (rest + sum(f / k for f, k in fractions))
+
+
 def write_report(run, proof: dict) -> None:
     record = run.record
     (run.directory / "report.md").write_text(markdown(record, proof))
@@ -91,21 +105,9 @@ def _package(proof: dict) -> str:
 def chart(record: dict, proof: dict, path: str) -> None:
     """Bars: each spot's speedup over eager (rank order of the table), then predicted and measured end to end (the
     font draws digits only; the report's table names the bars)."""
-    from cudagent.png import BLUE, GREY, RED, Canvas
+    from cudagent.png import BLUE, GREY, RED, bar_plot
 
-    bars = [(str(i + 1), s.get("speedup_vs_eager") or 0.0, BLUE) for i, s in enumerate(record["spots"])]
-    bars.append(("0", proof.get("predicted_speedup_vs_eager") or 0.0, GREY))
-    bars.append(("0", (proof.get("timing") or {}).get("speedup_vs_eager") or 0.0, RED))
-    row_h, left, width = 26, 60, 720
-    c = Canvas(width, 20 + row_h * len(bars) + 10)
-    most = max((b for _, b, _ in bars), default=1.0) or 1.0
-    for i, (label, value, color) in enumerate(bars):
-        y = 20 + i * row_h
-        c.text(8, y + 4, label)
-        length = round((width - left - 110) * value / most)
-        c.rect(left, y, left + max(length, 1), y + row_h - 8, color)
-        c.text(left + length + 8, y + 4, f"{value:.2f}")
-    one = left + round((width - left - 110) / most)
-    c.rect(one, 10, one + 1, 20 + row_h * len(bars), GREY)
-    with open(path, "wb") as f:
-        f.write(c.png())
+    speedups = [(str(i + 1), s.get("speedup_vs_eager") or 0.0, BLUE) for i, s in enumerate(record["spots"])]
+    speedups.append(("0", proof.get("predicted_speedup_vs_eager") or 0.0, GREY))
+    speedups.append(("0", (proof.get("timing") or {}).get("speedup_vs_eager") or 0.0, RED))
+    bar_plot([(label, value, f"{value:.2f}", color) for label, value, color in speedups], path, mark=1.0)
