@@ -40,7 +40,7 @@ def hotspots(
     tasks: int = typer.Option(
         0,
         help="Turn the first N spots into task files (tasks/ beside the table), each at its inputs with the model's "
-        "weights and validated; `cudagent optimize` takes each of them.",
+        "weights and validated; `cudagent optimize` takes each of them. Alike modules share one task and count once.",
     ),
     out: Path = typer.Option(
         None, help="Where hotspots.json, hotspots.md and hotspots.png go (default: hotspots/ in cudagent's home)."

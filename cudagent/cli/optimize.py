@@ -49,7 +49,7 @@ def optimize(
     init: str = model_option("init", USER_PANEL),
     example: Path = model_option("example", USER_PANEL),
     hf: Path = model_option("hf", USER_PANEL),
-    top: int = typer.Option(3, help="How many hot spots of your model to optimize.", rich_help_panel=USER_PANEL),
+    top: int = typer.Option(3, help="How many hot spots of your model to optimize (alike modules that one task serves count once).", rich_help_panel=USER_PANEL),
     model: str = typer.Option(
         None,
         help="Model name; default: the server's first model. `hf:PATH` runs a local Hugging Face model (a directory "

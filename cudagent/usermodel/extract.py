@@ -39,7 +39,8 @@ class Extracted:
 
 
 def extract_spots(model, found, top: int, directory: Path, device: str, model_name: str) -> list[Extracted]:
-    """The first `top` spots of `found` (hotspots.Hotspots of `model`) as validated tasks in `directory`."""
+    """The first `top` spots of `found` (hotspots.Hotspots of `model`) as validated tasks in `directory`; a spot that
+    an earlier spot's task serves (the same module at the same inputs) is listed but does not count."""
     from cudagent.data.seeds import constructor_call
     from cudagent.errors import CudagentError
     from cudagent.task import load_task, validate_task
@@ -48,13 +49,17 @@ def extract_spots(model, found, top: int, directory: Path, device: str, model_na
     stem = _SAFE.sub("_", model_name.split(":")[-1]).strip("_").lower()
     out: list[Extracted] = []
     shares = {s.spot: s.share for s in found.spots}
-    for spot in found.spots[:top]:
+    counted = 0
+    for spot in found.spots:
+        served = next((e for e in out if e.task and spot.spot in e.modules), None)
+        if served is None and counted == top:
+            continue  # past the top: only what the chosen tasks serve is still listed
         item = Extracted(spot.spot, spot.share, kind=spot.kind)
         out.append(item)
-        served = next((e for e in out if e.task and spot.spot in e.modules), None)
         if served is not None:
             item.reason = f"the same module as {served.spot} at the same inputs: its task serves both"
             continue
+        counted += 1
         if ": " in spot.spot:
             item.reason = f"{spot.kind} is an operator of a forward, not a module; only modules become tasks so far"
             continue

@@ -87,11 +87,16 @@ def profile_user_model(user, model, args: list, kwargs: dict, device: str, itera
 
     try:
         return find_hotspots(model, args, kwargs, device, user.name, iterations)
-    except Exception as exc:  # noqa: BLE001  (the user's forward on these inputs)
+    except ForwardFailed as failed:
+        exc = failed.__cause__
         raise UserModelError(
             f"{user.name} raised {type(exc).__name__} on the inputs {user.inputs.text()}: {str(exc).splitlines()[0]}; "
             "check --inputs (or the script's call)"
         ) from None
+
+
+class ForwardFailed(Exception):
+    """The model's own forward raised (its cause): the user's to mend, unlike a failure of the profiling around it."""
 
 
 def find_hotspots(model, args: list, kwargs: dict, device: str, name: str, iterations: int = 5, warmup: int = 2):
@@ -149,6 +154,8 @@ def find_hotspots(model, args: list, kwargs: dict, device: str, name: str, itera
                 for _ in range(iterations):
                     model(*args, **kwargs)
                 sync()
+    except Exception as exc:  # noqa: BLE001  (the user's forward on these inputs)
+        raise ForwardFailed() from exc
     finally:
         for h in handles:
             h.remove()
@@ -232,6 +239,7 @@ _C_TYPES = {
 
 def _op_inputs(event) -> tuple[list[str], list[str]]:
     """The shapes and dtypes of an operator's tensor inputs (scalars and lists left out)."""
-    shapes, dtypes = event.input_shapes or [], event.input_dtypes or []
+    shapes = event.input_shapes or []
+    dtypes = getattr(event, "input_dtypes", None) or ["?"] * len(shapes)  # torch < 2.12 records shapes only
     pairs = [(s, d) for s, d in zip(shapes, dtypes, strict=False) if s]
     return ["x".join(map(str, s)) for s, _ in pairs], [_C_TYPES.get(d, d) for _, d in pairs]

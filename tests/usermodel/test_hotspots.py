@@ -170,3 +170,18 @@ def test_the_top_spots_become_validated_tasks_with_the_models_weights(tmp_path):
     (x,) = task.get_inputs()
     assert x.shape == (4, 16, 64) and x.dtype == torch.float32
     torch.testing.assert_close(reference(x), module(x))
+
+
+def test_alike_modules_that_one_task_serves_count_once_toward_the_top_n(tmp_path):
+    """`--tasks 2` (as `optimize --top 2`) means two distinct spots: a block's fc1 that the other block's fc1 task
+    serves is listed but takes no place of its own, as on a GPT-2 whose hottest spots come in pairs."""
+    out = tmp_path / "o"
+    record = _json(
+        _run(tmp_path, f"{MODEL}:Stack", "--inputs", "x=f32[4,16,64]", "--tasks", "2", "--json", "--out", str(out))
+    )
+    own = [e for e in record["tasks"] if "its task serves both" not in (e["reason"] or "")]
+    assert len(own) == 2, record["tasks"]
+    served = [e for e in record["tasks"] if e not in own]
+    chosen = {m for e in own for m in e["modules"]}
+    assert served and all(e["spot"] in chosen for e in served), record["tasks"]
+    assert len(list((out / "tasks").glob("*.py"))) == sum(1 for e in own if e["task"])
