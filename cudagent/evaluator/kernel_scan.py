@@ -100,6 +100,12 @@ _RULES: list[tuple[str, re.Pattern, str]] = [
         ),
         "processes, exiting and dynamic loading are not allowed",
     ),
+    (  # exit named without a call (a pointer to it): on CUDA builds only this scan can see it, since link_audit.py
+        # allows exit there (nvcc's host-side stand-in for every non-inline __device__ function calls it)
+        "KERNEL_PROCESS",
+        re.compile(r"[&=,(]\s*(?:std\s*::\s*|::\s*)?(?:exit|_exit|_Exit|quick_exit)\s*[;,)]"),
+        "processes, exiting and dynamic loading are not allowed",
+    ),
     (
         "KERNEL_FILE_IO",
         re.compile(

@@ -15,7 +15,8 @@ each must belong to the API a kernel may use:
 Symbols that the allowed headers and the fixed infrastructure themselves bring in are allowed whatever they are:
 they are read once per toolchain from a baseline extension built from binding.cpp and a kernel that only includes
 the usual headers (`baseline_symbols`; on CUDA builds this includes file and locale functions of the statically
-linked runtime pieces, which only the source scan can then judge). Everything else is a violation named for its
+linked runtime pieces, and the exit() that nvcc's host-side stand-in for every non-inline `__device__` function
+calls, which only the source scan can then judge). Everything else is a violation named for its
 real reason (ATen compute, a dispatcher bypass, BLAS, threads, files, environment, processes, timers) or, when no
 reason fits, KERNEL_FORBIDDEN_SYMBOL. The same pass reads the functions the extension defines, which the runtime
 audit's "your own kernel ran" check compares kernel names with.
@@ -413,9 +414,12 @@ _BASELINE_CU = """#include <torch/types.h>
 
 #include <cstdint>
 
+// an ordinary __device__ helper (external linkage): nvcc gives it a host-side stand-in whose body calls exit()
+__device__ float baseline_copy(float v) { return v; }
+
 __global__ void baseline_kernel(float* o, const float* x, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) o[i] = x[i];
+    if (i < n) o[i] = baseline_copy(x[i]);
 }
 
 extern "C" cudaError_t baseline_launch(float* o, const float* x, int n, cudaStream_t s) {

@@ -25,6 +25,7 @@ torch::Tensor f(torch::Tensor x) {
     TORCH_CHECK(x.is_cuda(), "expected CUDA: std::thread");
     AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "f", [&] {});
     at::parallel_for(0, 10, 1, [&](int64_t b, int64_t e) {});
+    int exit_code = 0, on_exit = (exit_code, 1);  // names that merely contain exit
     return y;
 }
 """
@@ -44,6 +45,9 @@ RULES = {
     "std::map<void*, torch::Tensor> m;": "KERNEL_STATIC_CACHE",
     'system("ls");': "KERNEL_PROCESS",
     "exit(0);": "KERNEL_PROCESS",
+    "void (*leave)(int) = &std::exit;": "KERNEL_PROCESS",
+    "auto leave = exit; leave(0);": "KERNEL_PROCESS",
+    "call_later(::quick_exit, 0);": "KERNEL_PROCESS",
     'FILE* f = fopen("x", "r");': "KERNEL_FILE_IO",
     'const char* v = getenv("HOME");': "KERNEL_ENV",
     "cudaEventRecord(e);": "KERNEL_TIMING",
