@@ -7,6 +7,7 @@ that depend on the output dtype.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -77,6 +78,20 @@ def _compare(expected, got, tol: Tolerance, name: str, r: Comparison, check_devi
             return
         for i, (e, g) in enumerate(zip(expected, got)):
             _compare(e, g, tol, f"{name}[{i}]", r, check_device)
+        return
+    if isinstance(expected, Mapping):  # a model's dict-like output (transformers' ModelOutput): same keys, in order
+        if type(got) is not type(expected):
+            r.violations.append(
+                Violation("OUTPUT_TYPE", f"{name} is {_kind(got)}; the reference returns {_kind(expected)}")
+            )
+            return
+        if list(got.keys()) != list(expected.keys()):
+            r.violations.append(
+                Violation("OUTPUT_TYPE", f"{name} has keys {list(got.keys())}; the reference has {list(expected.keys())}")
+            )
+            return
+        for key, e in expected.items():
+            _compare(e, got[key], tol, f"{name}[{key!r}]", r, check_device)
         return
     if type(got) is not type(expected) or got != expected:
         r.violations.append(Violation("OUTPUT_TYPE", f"{name} is {got!r}; the reference returns {expected!r}"))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 SEEDS = (101, 202, 303)  # fresh inputs: hotspots and the tasks drew seed 0
@@ -99,11 +100,35 @@ def _verify(original, patched, user, device: str) -> dict:
                 got = patched(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001  (a kernel's failure is the finding)
             return {"correct": False, "why": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
-        outcome = compare(expected, got, Tolerance())
+        outcome = compare(comparable(expected), comparable(got), Tolerance())
         worst = max(worst, outcome.max_abs_error)
         if not outcome.ok:
             return {"correct": False, "why": outcome.violations[0].message, "max_abs_error": outcome.max_abs_error}
     return {"correct": True, "max_abs_error": worst, "inputs": len(SEEDS)}
+
+
+def comparable(output, _seen: frozenset = frozenset()):
+    """A model's output as tensors and plain values in lists, tuples and dicts, for compare(): a dict-like output
+    (transformers' ModelOutput) or an object (a key/value cache) becomes a dict of its items or public attributes,
+    its type named, so that every tensor in it is compared."""
+    import torch
+
+    if isinstance(output, (torch.Tensor, bool, int, float, str)) or output is None:
+        return output
+    if id(output) in _seen:
+        return "<seen>"
+    seen = _seen | {id(output)}
+    if isinstance(output, (list, tuple)):
+        plain = [comparable(x, seen) for x in output]
+        return plain if isinstance(output, list) else tuple(plain)
+    if isinstance(output, Mapping):
+        return {"<type>": type(output).__qualname__, **{str(k): comparable(v, seen) for k, v in output.items()}}
+    if isinstance(output, type) or callable(output):
+        return f"<{getattr(output, '__qualname__', type(output).__qualname__)}>"
+    if not hasattr(output, "__dict__"):
+        return output  # a dtype, a device, an enum: compared by equality
+    items = {k: comparable(v, seen) for k, v in vars(output).items() if not k.startswith("_")}
+    return {"<type>": type(output).__qualname__, **items}
 
 
 def _time(original, patched, user, device: str, rounds: int) -> dict:
