@@ -49,7 +49,18 @@ def optimize(
     init: str = model_option("init", USER_PANEL),
     example: Path = model_option("example", USER_PANEL),
     hf: Path = model_option("hf", USER_PANEL),
-    top: int = typer.Option(3, help="How many hot spots of your model to optimize (alike modules that one task serves count once).", rich_help_panel=USER_PANEL),
+    top: int = typer.Option(
+        3,
+        help="How many hot spots of your model to optimize (alike modules that one task serves count once).",
+        rich_help_panel=USER_PANEL,
+    ),
+    keep_slower: bool = typer.Option(
+        False,
+        "--keep-slower",
+        help="Put back verified kernels that are not faster than the module they replace too (by default only "
+        "kernels that beat it, reward tier 2 or 3, go into the model).",
+        rich_help_panel=USER_PANEL,
+    ),
     model: str = typer.Option(
         None,
         help="Model name; default: the server's first model. `hf:PATH` runs a local Hugging Face model (a directory "
@@ -202,7 +213,7 @@ def optimize(
             options.limits = EpisodeLimits(**{k: v for k, v in overrides.items() if v is not None})
             from cudagent.usermodel.modelrun import ModelRequest, optimize_model
 
-            request = ModelRequest(task, module, inputs, init, _text(example), _text(hf), top)
+            request = ModelRequest(task, module, inputs, init, _text(example), _text(hf), top, keep_slower)
 
             def episode(path, extra):
                 return start_run(path, settings, options, reporter, extra_header=extra)

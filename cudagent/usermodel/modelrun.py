@@ -31,7 +31,8 @@ RECORD = "model-run.json"
 
 @dataclass
 class ModelRequest:
-    """What the command line said about the model (loading.py's arguments) and how many spots to take."""
+    """What the command line said about the model (loading.py's arguments), how many spots to take, and whether
+    kernels no faster than their module are put back too."""
 
     target: str | None = None
     module: str | None = None
@@ -40,6 +41,7 @@ class ModelRequest:
     example: str | None = None
     hf: str | None = None
     top: int = 3
+    keep_slower: bool = False
 
     def load(self):
         from cudagent.usermodel.loading import load_user_model
@@ -181,13 +183,26 @@ def optimize_model(request: ModelRequest, start_episode, options, say) -> dict:
         spot["run_id"] = summary["run_id"]
         best = summary.get("best") or {}
         spot.update({k: best.get(k) for k in ("commit", "tier", "speedup_vs_eager", "speedup_vs_compile")})
-        spot["outcome"] = "kernel" if best.get("commit") and (best.get("tier") or -1) >= 1 else "no verified kernel"
+        spot["outcome"] = spot_outcome(best, request.keep_slower)
         spot["end"] = summary.get("exit_reason")
         run.save()
     run.record["result"] = put_back(run, request, options, say)
     run.record["state"] = "done"
     run.save()
     return run.record
+
+
+def spot_outcome(best: dict, keep_slower: bool) -> str:
+    """"kernel" when a spot's best kernel goes into the model: verified and faster than the module it replaces
+    (reward tier 2 or 3), or verified at all with --keep-slower; otherwise why not."""
+    tier = best.get("tier") if best.get("commit") else None
+    if tier is None or tier < 1:
+        return "no verified kernel"
+    if tier >= 2 or keep_slower:
+        return "kernel"
+    speed = best.get("speedup_vs_eager")
+    measured = f"{speed:.2f}x the module's speed" if speed else "its speed was not measured"
+    return f"not put back: its best kernel is verified but not faster than the module ({measured}); --keep-slower puts it back"
 
 
 def put_back(run: ModelRun, request: ModelRequest, options, say) -> dict:
@@ -197,8 +212,9 @@ def put_back(run: ModelRun, request: ModelRequest, options, say) -> dict:
 
     spots = kernel_spots(run.record, options.settings.runs_root)
     if not spots:
-        say("no spot ended with a verified kernel: nothing to put back")
-        return {"correct": None, "why": "no spot ended with a verified kernel"}
+        why = "no spot ended with a kernel to put back (verified, and faster than its module unless --keep-slower)"
+        say(f"{why}: nothing put back")
+        return {"correct": None, "why": why}
     package = write_package(
         spots, run.directory / f"{spot_name(_stem(run.record['model']))}_kernels", run.record["model"], run.run_id
     )

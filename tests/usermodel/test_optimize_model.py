@@ -135,7 +135,7 @@ def model_run(tmp_path_factory):
         env = cli_env(home, server.url)
         done = cudagent(
             ["optimize", f"{model}:Stack", "--inputs", "x=f32[4,16,64]", "--top", "3", "--device", "cpu"]
-            + ["--no-final-check", "--max-turns", "8", "--json"],
+            + ["--no-final-check", "--max-turns", "8", "--keep-slower", "--json"],  # C++ GEMMs against MKL: slower
             env,
             cwd=root,
         )
@@ -149,7 +149,8 @@ def model_run(tmp_path_factory):
 def test_a_users_model_is_profiled_optimized_spot_by_spot_put_back_and_proved(model_run):
     record, env, root = model_run
     spots = record["spots"]
-    assert len(spots) == 3 and record["state"] == "done"
+    own = [s for s in spots if "its task serves both" not in s.get("outcome", "")]
+    assert len(own) == 3 and record["state"] == "done", spots  # --top 3: alike modules count once
     optimized = [s for s in spots if s.get("outcome") == "kernel"]
     assert optimized, spots
     for s in optimized:  # each spot is an ordinary run, its header naming the parent and the spot

@@ -1,4 +1,7 @@
-"""The proof's comparison of a whole model's output (cudagent/usermodel/prove.py)."""
+"""Putting kernels back and proving it: which spots go in, the comparison of a whole model's output
+(cudagent/usermodel/prove.py), the report's reading of the timings."""
+
+import pytest
 
 
 def test_a_transformers_output_with_its_cache_is_compared_tensor_by_tensor():
@@ -20,3 +23,53 @@ def test_a_transformers_output_with_its_cache_is_compared_tensor_by_tensor():
         changed = model(x)
     messages = [v.message for v in compare(comparable(first), comparable(changed), Tolerance()).violations]
     assert any(m.startswith("output['past_key_values']['layers'][0]['keys']") for m in messages), messages
+
+
+def test_the_report_says_when_a_speedup_lies_within_the_rounds_spread():
+    """The H100's GPT-2 proof (benchmarks/results/gpu-usermodel.txt): 1.13x over eager, rounds far apart; 1.01x over
+    torch.compile, rounds overlapping: that one is no measurable difference, and the report must say so."""
+    from cudagent.usermodel.report import markdown
+
+    record = {"model": "hf:gpt2-class", "device": "cuda", "inputs": "input_ids=int64[8,512]<50257", "wall_ms": 4.768}
+    record |= {"run_id": "gpt2-class-x", "spots": []}
+    timing = {
+        "ms": {"eager": 3.8598, "patched": 3.4229, "compile": 3.4692, "patched_compile": 3.9659},
+        "round_spread_ms": {
+            "eager": [3.8595, 3.8644],
+            "patched": [3.4220, 3.4257],
+            "compile": [3.3845, 3.5309],
+            "patched_compile": [3.9487, 3.9870],
+        },
+        "rounds": 3,
+        "errors": {},
+        "speedup_vs_eager": 1.1276,
+        "speedup_vs_compile": 1.0135,
+    }
+    proof = {"correct": True, "applied": ["a"], "verification": {"inputs": 3, "max_abs_error": 1.6e-05}}
+    proof |= {"timing": timing, "predicted_speedup_vs_eager": 1.0975, "package": "/x/gpt2_class_kernels"}
+    text = markdown(record, proof)
+    eager, compiled = text.split("over torch.compile:")
+    assert "1.13x measured" in eager and "within the rounds' spread" not in eager, text
+    assert compiled.lstrip().startswith("1.01x") and "within the rounds' spread" in compiled, text
+
+
+@pytest.mark.parametrize(
+    ("best", "keep_slower", "said"),
+    [
+        ({"commit": "c", "tier": 3, "speedup_vs_eager": 7.9}, False, "kernel"),
+        ({"commit": "c", "tier": 2, "speedup_vs_eager": 1.02}, False, "kernel"),
+        ({"commit": "c", "tier": 1, "speedup_vs_eager": 0.92}, False, "not faster than the module (0.92x"),
+        ({"commit": "c", "tier": 1, "speedup_vs_eager": None}, False, "its speed was not measured"),
+        ({"commit": "c", "tier": 1, "speedup_vs_eager": 0.92}, True, "kernel"),
+        ({"commit": None, "tier": None}, True, "no verified kernel"),
+        ({"commit": "c", "tier": -1}, True, "no verified kernel"),
+        ({}, False, "no verified kernel"),
+    ],
+)
+def test_only_kernels_faster_than_their_module_go_back_unless_asked(best, keep_slower, said):
+    """The H100's GPT-2 run put back cuBLAS SGEMM spots at 0.92x: a kernel slower than the module it replaces makes
+    the model slower, so by default it stays out, and says why."""
+    from cudagent.usermodel.modelrun import spot_outcome
+
+    outcome = spot_outcome(best, keep_slower)
+    assert outcome == said if said in ("kernel", "no verified kernel") else said in outcome, outcome
