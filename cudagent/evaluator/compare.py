@@ -87,7 +87,9 @@ def _compare(expected, got, tol: Tolerance, name: str, r: Comparison, check_devi
             return
         if list(got.keys()) != list(expected.keys()):
             r.violations.append(
-                Violation("OUTPUT_TYPE", f"{name} has keys {list(got.keys())}; the reference has {list(expected.keys())}")
+                Violation(
+                    "OUTPUT_TYPE", f"{name} has keys {list(got.keys())}; the reference has {list(expected.keys())}"
+                )
             )
             return
         for key, e in expected.items():

@@ -193,7 +193,7 @@ def optimize_model(request: ModelRequest, start_episode, options, say) -> dict:
 
 
 def spot_outcome(best: dict, keep_slower: bool) -> str:
-    """"kernel" when a spot's best kernel goes into the model: verified and faster than the module it replaces
+    """ "kernel" when a spot's best kernel goes into the model: verified and faster than the module it replaces
     (reward tier 2 or 3), or verified at all with --keep-slower; otherwise why not."""
     tier = best.get("tier") if best.get("commit") else None
     if tier is None or tier < 1:
@@ -202,7 +202,10 @@ def spot_outcome(best: dict, keep_slower: bool) -> str:
         return "kernel"
     speed = best.get("speedup_vs_eager")
     measured = f"{speed:.2f}x the module's speed" if speed else "its speed was not measured"
-    return f"not put back: its best kernel is verified but not faster than the module ({measured}); --keep-slower puts it back"
+    return (
+        f"not put back: its best kernel is verified but not faster than the module ({measured}); "
+        "--keep-slower puts it back"
+    )
 
 
 def put_back(run: ModelRun, request: ModelRequest, options, say) -> dict:

@@ -185,4 +185,3 @@ def test_alike_modules_that_one_task_serves_count_once_toward_the_top_n(tmp_path
     chosen = {m for e in own for m in e["modules"]}
     assert served and all(e["spot"] in chosen for e in served), record["tasks"]
     assert len(list((out / "tasks").glob("*.py"))) == sum(1 for e in own if e["task"])
-

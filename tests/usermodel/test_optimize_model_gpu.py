@@ -1,7 +1,7 @@
 """`cudagent optimize --hf DIR` on the GPU: a GPT-2-class model (GPT-2 small's widths, two layers) built from a
 config, profiled, its top spots extracted, the scripted policy playing known-good CUDA kernels (cuda_kernels.py),
-the kernels that beat their modules put back and the end-to-end report with measured and predicted speedups. Its record is printed for the
-committed log (benchmarks/results/gpu-usermodel.txt)."""
+the kernels that beat their modules put back and the end-to-end report with measured and predicted speedups. Its
+record is printed for the committed log (benchmarks/results/gpu-usermodel.txt)."""
 
 from __future__ import annotations
 
