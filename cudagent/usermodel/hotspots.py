@@ -81,6 +81,10 @@ class Hotspots:
         bar_plot([(str(s.rank), s.share, f"{100 * s.share:.1f}", BLUE) for s in self.spots[:top]], path)
 
 
+class ForwardFailed(Exception):
+    """The model's own forward raised (its cause): the user's to mend, unlike a failure of the profiling around it."""
+
+
 def profile_user_model(user, model, args: list, kwargs: dict, device: str, iterations: int = 5):
     """find_hotspots on a user's model (loading.UserModel), its forward's failure said as one sentence."""
     from cudagent.usermodel.loading import UserModelError
@@ -93,10 +97,6 @@ def profile_user_model(user, model, args: list, kwargs: dict, device: str, itera
             f"{user.name} raised {type(exc).__name__} on the inputs {user.inputs.text()}: {str(exc).splitlines()[0]}; "
             "check --inputs (or the script's call)"
         ) from None
-
-
-class ForwardFailed(Exception):
-    """The model's own forward raised (its cause): the user's to mend, unlike a failure of the profiling around it."""
 
 
 def find_hotspots(model, args: list, kwargs: dict, device: str, name: str, iterations: int = 5, warmup: int = 2):

@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from cudagent.errors import CudagentError
@@ -58,14 +58,11 @@ class ModelRequest:
     def resolved(self) -> ModelRequest:
         """The same request with absolute paths, for a process that runs elsewhere (prove.py)."""
         path, sep, cls = (self.target or "").partition(":")
-        return ModelRequest(
-            str(Path(path).resolve()) + sep + cls if self.target else None,
-            self.module,
-            self.inputs,
-            self.init,
-            str(Path(self.example).resolve()) if self.example else None,
-            str(Path(self.hf).resolve()) if self.hf else None,
-            self.top,
+        return replace(
+            self,
+            target=str(Path(path).resolve()) + sep + cls if self.target else None,
+            example=str(Path(self.example).resolve()) if self.example else None,
+            hf=str(Path(self.hf).resolve()) if self.hf else None,
         )
 
     def files(self) -> list[Path]:

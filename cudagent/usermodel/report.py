@@ -24,12 +24,12 @@ def write_report(run, proof: dict) -> None:
     chart(record, proof, str(run.directory / "report.png"))
 
 
-def _within(spread: dict, base: str, patched: tuple[str, ...], ms: dict | None = None) -> str:
+def _within(ms: dict, spread: dict, base: str, patched: tuple[str, ...]) -> str:
     """A note when the (fastest) patched variant's rounds overlap the baseline's: that difference is not a speedup."""
     present = [k for k in patched if k in spread]
     if base not in spread or not present:
         return ""
-    best = min(present, key=lambda k: (ms or {}).get(k, spread[k][0]))
+    best = min(present, key=lambda k: ms[k])
     (lo, hi), (plo, phi) = spread[base], spread[best]
     return "; within the rounds' spread, so no measurable difference" if plo <= hi and lo <= phi else ""
 
@@ -93,9 +93,9 @@ def markdown(record: dict, proof: dict) -> str:
             "",
             f"End to end over eager: **{_x(timing.get('speedup_vs_eager'))} measured**, "
             f"{_x(proof.get('predicted_speedup_vs_eager'))} predicted by Amdahl's law from the spots' shares of one "
-            f"call and their own speedups{_within(spread, 'eager', ('patched',))}; over torch.compile: "
+            f"call and their own speedups{_within(ms, spread, 'eager', ('patched',))}; over torch.compile: "
             f"{_x(timing.get('speedup_vs_compile'))} (the faster patched variant"
-            f"{_within(spread, 'compile', ('patched', 'patched_compile'), ms)}). Timing: cudagent's evaluator loop, "
+            f"{_within(ms, spread, 'compile', ('patched', 'patched_compile'))}). Timing: cudagent's evaluator loop, "
             f"the same clock as every verdict, {timing.get('rounds')} interleaved rounds.",
             "",
         ]
