@@ -1,4 +1,4 @@
-"""Benchmark: what confinement of the candidate's process (cudagent/confine.py) costs an evaluation.
+"""Benchmark: what confinement of the candidate's process (cudagent/evaluator/jail/confine.py) costs an evaluation.
 
 For each example task: one workspace with its solution for the device, one evaluator per level (best-effort and
 off), a warm-up evaluation each, then ROUNDS evaluations per level, the levels interleaved (off, best-effort, off,
@@ -32,7 +32,7 @@ LEVELS = ("off", "best-effort")
 
 ENTER = """
 import json, os, time, tempfile
-import cudagent.isolation as isolation, cudagent.confine as confine
+import cudagent.evaluator.jail.privileges as isolation, cudagent.evaluator.jail.confine as confine
 isolation.drop_privileges()
 start = time.perf_counter()
 confine.enter(confine.Plan("best-effort"))

@@ -1,7 +1,7 @@
 """Which files the CUDA stack needs that confinement does not grant: a diagnostic run on a GPU machine.
 
-A throwaway process confines itself exactly as a candidate's does (cudagent/confine.py, level strict, a scratch
-directory as cwd and a build directory writable), then walks the CUDA stack one step at a time: import torch,
+A throwaway process confines itself exactly as a candidate's does (cudagent/evaluator/jail/confine.py, level strict, a
+scratch directory as cwd and a build directory writable), then walks the CUDA stack one step at a time: import torch,
 start CUDA, cuBLAS, NVML (free memory), CUPTI (torch.profiler with CUDA activity), and nvcc compiling and
 linking a kernel. A small LD_PRELOAD library logs every file call that fails with EACCES or EPERM (what Landlock
 and seccomp answer), from the process and from everything it starts (nvcc, cicc, ptxas, the host compiler). The
@@ -31,7 +31,7 @@ SHIM = Path(__file__).with_name("confine_gpu_probe_shim.c")  # the LD_PRELOAD li
 
 WALK = r"""
 import json, os, sys, time, subprocess, traceback
-import cudagent.isolation as isolation, cudagent.confine as confine
+import cudagent.evaluator.jail.privileges as isolation, cudagent.evaluator.jail.confine as confine
 level, build = sys.argv[1], sys.argv[2]
 isolation.drop_privileges()
 steps = []
@@ -122,7 +122,7 @@ def walk(level: str, shim: Path, scratch: Path) -> dict:
     shutil.copy2(shim, preload)
     env = {
         **os.environ,
-        "PYTHONPATH": str(ROOT),  # as the evaluator's child has it (cudagent/evaluator/session.py)
+        "PYTHONPATH": str(ROOT),  # as the evaluator's child has it (cudagent/evaluator/jail/process.py)
         "HOME": str(home),
         "TMPDIR": str(home),
         "LD_PRELOAD": str(preload),

@@ -112,7 +112,7 @@ class _Stopwatch:
 def evaluate(scratch: Path, task: str = "softmax", iterations: int = 3) -> dict:
     from cudagent.device.info import resolve_device
     from cudagent.evaluator import EvalOptions, Evaluator
-    from cudagent.evaluator.profile import Profiler
+    from cudagent.evaluator.timing.profile import Profiler
 
     the_task, ws = workspace_for(task, scratch / f"eval-{task}")
     rows = []
@@ -175,9 +175,9 @@ def _timed(command: str, cwd: Path) -> dict:
 
 
 def build(scratch: Path, inline_dir: Path | None) -> dict:
-    from cudagent.build.extension import build_workspace
     from cudagent.device.info import resolve_device
     from cudagent.evaluator import EvalOptions, Evaluator
+    from cudagent.evaluator.build.extension import build_workspace
     from cudagent.task import load_task
     from cudagent.workspace import Workspace
 

@@ -49,7 +49,7 @@ def kb_times(timing, source: str, model_new_source: str | None, prebuilt: Path |
         model = Model(*init).to(device)
         targets = {"eager": model, "compile": torch.compile(model)}
         if model_new_source is not None:
-            from cudagent.build.inline import install
+            from cudagent.evaluator.build.inline import install
 
             install(str(prebuilt))  # the module cudagent built: both harnesses time one binary
             context: dict = {}
@@ -95,8 +95,8 @@ def set_seed(seed: int) -> None:
 
 def ours_baselines(task) -> dict:
     from cudagent.device.info import resolve_device
-    from cudagent.evaluator.baselines import Baselines
-    from cudagent.evaluator.measure import Plan
+    from cudagent.evaluator.timing.baselines import Baselines
+    from cudagent.evaluator.timing.measure import Plan
 
     device = resolve_device("cuda")
     baselines = Baselines(task, device, "default", Plan())

@@ -35,8 +35,8 @@ def measure_once(task, ws, device, ref, zygote) -> float:
     import secrets
     from dataclasses import asdict
 
-    from cudagent.evaluator.measure import Plan
-    from cudagent.evaluator.session import ChildProcess
+    from cudagent.evaluator.jail.process import ChildProcess
+    from cudagent.evaluator.timing.measure import Plan
     from cudagent.evaluator.verdict import TimeStats
     from cudagent.evaluator.verify import load_message
 
@@ -60,8 +60,8 @@ def main() -> None:
 
     from cudagent.device.info import resolve_device
     from cudagent.evaluator import EvalOptions, Evaluator
-    from cudagent.evaluator.session import child_env
-    from cudagent.evaluator.zygote import Zygote
+    from cudagent.evaluator.jail.process import child_env
+    from cudagent.evaluator.jail.zygote import Zygote
     from cudagent.task import load_task
     from cudagent.workspace import Workspace
 

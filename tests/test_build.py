@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from cudagent.build.extension import build_workspace, toolchain_for
 from cudagent.device.info import resolve_device
 from cudagent.errors import EnvironmentProblem
+from cudagent.evaluator.build.extension import build_workspace, toolchain_for
 from cudagent.workspace import Workspace
 
 KERNEL = """#include <pybind11/pybind11.h>

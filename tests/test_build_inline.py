@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch.utils.cpp_extension as cpp_extension
 
-from cudagent.build.inline import InlineSpec, extract, install, module_path
+from cudagent.evaluator.build.inline import InlineSpec, extract, install, module_path
 
 REPO = Path(__file__).resolve().parent.parent
 CONTROL = REPO / "tests" / "adversarial" / "cases" / "control_inline_cpu" / "model_new.py"

@@ -157,7 +157,7 @@ def test_10_the_readme_says_what_the_test_install_costs():
 def test_11_report_notes_and_resumed_reports(tmp_path):
     from cudagent.bench.report import markdown
     from cudagent.bench.runner import RESULTS, Bench, BenchConfig
-    from cudagent.evaluator.static_audit import audit_model_new
+    from cudagent.evaluator.audit.static_audit import audit_model_new
 
     row = {"key": "1/relu", "name": "relu", "level": "1", "correct": False, "tier": -1, "error": "[stock-1] wrong"}
     row["null_candidates"] = ["passthrough"]

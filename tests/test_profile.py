@@ -171,7 +171,7 @@ def test_a_candidate_busy_while_the_baselines_run_is_not_vouched_for(tmp_path, m
 
 def test_interference_rejects_on_cuda_and_lowers_the_tier_on_the_cpu():
     from cudagent.device.info import DeviceInfo
-    from cudagent.evaluator.profile import Profiler
+    from cudagent.evaluator.timing.profile import Profiler
     from cudagent.evaluator.verdict import Verdict
 
     for kind, rejected in (("cuda", True), ("cpu", False)):

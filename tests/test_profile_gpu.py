@@ -60,7 +60,7 @@ def test_profile_with_ncu_on_gpu():
 
 def test_peaks_are_plausible_for_the_gpu():
     from cudagent.device.info import resolve_device
-    from cudagent.evaluator.peaks import device_peaks
+    from cudagent.evaluator.timing.peaks import device_peaks
 
     peaks = device_peaks(resolve_device("cuda"))
     print(peaks)

@@ -22,8 +22,8 @@ from cudagent.taskpool import mentions_out_of_memory
 
 
 def run(args) -> dict:
+    from cudagent.evaluator.audit.nullcheck import null_candidates
     from cudagent.evaluator.evaluator import EvalOptions
-    from cudagent.evaluator.nullcheck import null_candidates
     from cudagent.evaluator.where import evaluators
     from cudagent.settings import Settings
     from cudagent.task import load_task, validate_task
@@ -79,7 +79,7 @@ def _reserved(task, device, args, out: dict):
     its work on the device; on the CPU, or with one task per GPU, nothing is reserved."""
     from cudagent.device.memory import device_budget_bytes, expected_task_bytes, memory_reservation
     from cudagent.device.share import LOCK_ENV
-    from cudagent.evaluator.measure import sets_for
+    from cudagent.evaluator.timing.measure import sets_for
 
     if not device.is_cuda or not os.environ.get(LOCK_ENV):
         yield
@@ -115,8 +115,8 @@ class _Clock:
 def _baselines(task, device) -> dict:
     """The reference alone: eager and torch.compile timed as every evaluation of this task would (and cached for
     them); no candidate."""
-    from cudagent.evaluator.baselines import Baselines
     from cudagent.evaluator.evaluator import EvalOptions
+    from cudagent.evaluator.timing.baselines import Baselines
 
     options = EvalOptions()
     baselines = Baselines(task, device, options.compile_mode, options.plan)

@@ -91,7 +91,7 @@ def _doctor_checks(device: str, server: tuple | None) -> list[dict]:
         else f"{problem}; the agent's shell will run with resource limits only (see the README's security section)",
         needed=False,
     )
-    from cudagent.confine import describe, probe
+    from cudagent.evaluator.jail.confine import describe, probe
     from cudagent.settings import Settings
 
     level = Settings.from_env().confine

@@ -23,7 +23,7 @@ def check(args) -> dict:
     window (a few eager calls; most composed tasks that fail, fail here), then torch.compile's agreement (seconds of
     compilation) and the null candidates."""
     from cudagent.data.filters import runtime_reason
-    from cudagent.evaluator.nullcheck import null_candidates
+    from cudagent.evaluator.audit.nullcheck import null_candidates
 
     device = args.device
     if device == "cuda":
@@ -84,7 +84,7 @@ def _median_ms(model, inputs: list, device: str) -> float:
 
     import torch
 
-    from cudagent.evaluator.measure import Plan, measure
+    from cudagent.evaluator.timing.measure import Plan, measure
 
     plan = Plan(min_samples=RUNTIME_CALLS, min_seconds=0.0, max_samples=RUNTIME_CALLS, warmup_calls=2)
     timed = measure(lambda k: model(*inputs), 1, torch.device(device), plan)

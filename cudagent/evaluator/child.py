@@ -19,15 +19,15 @@ import traceback
 
 import torch
 
-import cudagent.build.inline as inline
-import cudagent.confine as confine
-import cudagent.evaluator.measure as measure
-import cudagent.evaluator.runtime_audit as audit
+import cudagent.evaluator.audit.runtime_audit as audit
+import cudagent.evaluator.build.inline as inline
+import cudagent.evaluator.jail.confine as confine
+import cudagent.evaluator.jail.privileges as isolation
+import cudagent.evaluator.timing.measure as measure
 import cudagent.evaluator.transforms as transforms
 import cudagent.evaluator.wire as wire
-import cudagent.isolation as isolation
 import cudagent.trees as trees
-from cudagent.evaluator.measure import Plan
+from cudagent.evaluator.timing.measure import Plan
 from cudagent.evaluator.wire import Channel, ChannelClosed
 from cudagent.trees import tensors
 
@@ -321,7 +321,7 @@ class Harness:
         return {"sets": len(self.timing_sets)}
 
     def op_peaks(self, msg: dict) -> dict:
-        from cudagent.evaluator.peak_rates import measure_peaks
+        from cudagent.evaluator.timing.peak_rates import measure_peaks
 
         self._use_device(msg["device"])
         return {"peaks": measure_peaks(self.device)}

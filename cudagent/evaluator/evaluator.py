@@ -22,34 +22,34 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-import cudagent.build.inline as inline
-import cudagent.confine as confine
-import cudagent.isolation as isolation
-from cudagent.build.extension import (
+import cudagent.evaluator.build.inline as inline
+import cudagent.evaluator.jail.confine as confine
+import cudagent.evaluator.jail.privileges as isolation
+from cudagent.device.info import DeviceInfo
+from cudagent.device.share import device_share
+from cudagent.evaluator.audit.kernel_scan import scan_files
+from cudagent.evaluator.audit.link_audit import audit_library, baseline_symbols, inspect_library
+from cudagent.evaluator.audit.nullcheck import null_candidates
+from cudagent.evaluator.audit.static_audit import audit_model_new
+from cudagent.evaluator.build.extension import (
     DEFAULT_BUILD_TIMEOUT_S,
     NVCC_THREADS,
     BuildResult,
     build_workspace,
     summarize_compiler_output,
 )
-from cudagent.device.info import DeviceInfo
-from cudagent.device.share import device_share
-from cudagent.evaluator.baselines import Baselines
 from cudagent.evaluator.compare import Tolerance
+from cudagent.evaluator.jail.process import ChildFailure, ChildProcess, StartingProcess, child_env
+from cudagent.evaluator.jail.zygote import Zygote
 from cudagent.evaluator.judge import Extension
-from cudagent.evaluator.kernel_scan import scan_files
-from cudagent.evaluator.link_audit import audit_library, baseline_symbols, inspect_library
-from cudagent.evaluator.measure import Plan
-from cudagent.evaluator.ncu import ncu_summary
-from cudagent.evaluator.nullcheck import null_candidates
-from cudagent.evaluator.peaks import device_peaks, peaks_cached
-from cudagent.evaluator.profile import Profiler
-from cudagent.evaluator.roofline import task_cost
-from cudagent.evaluator.session import ChildFailure, ChildProcess, StartingProcess, child_env
-from cudagent.evaluator.static_audit import audit_model_new
+from cudagent.evaluator.timing.baselines import Baselines
+from cudagent.evaluator.timing.measure import Plan
+from cudagent.evaluator.timing.ncu import ncu_summary
+from cudagent.evaluator.timing.peaks import device_peaks, peaks_cached
+from cudagent.evaluator.timing.profile import Profiler
+from cudagent.evaluator.timing.roofline import task_cost
 from cudagent.evaluator.verdict import TIER_MARGIN, Verdict
 from cudagent.evaluator.verify import TrialRunner, load_message
-from cudagent.evaluator.zygote import Zygote
 from cudagent.task import Task, validate_task
 from cudagent.workspace import CandidateFormat, Workspace
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cudagent.evaluator.audit.link_audit import LinkedLibrary, kernel_base_name
+from cudagent.evaluator.audit.op_policy import TORCH_NAMESPACES, disallowed, split_op_name
 from cudagent.evaluator.compare import Comparison, Tolerance, compare
-from cudagent.evaluator.link_audit import LinkedLibrary, kernel_base_name
-from cudagent.evaluator.op_policy import TORCH_NAMESPACES, disallowed, split_op_name
 from cudagent.evaluator.verdict import Violation
 
 # Modules a forward call may import (lazily, inside torch); any other import during a call is the candidate's.

@@ -12,8 +12,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from cudagent.build.extension import BuildResult
 from cudagent.device.info import DeviceInfo
+from cudagent.evaluator.build.extension import BuildResult
 from cudagent.evaluator.evaluator import EvalOptions, Evaluator
 from cudagent.evaluator.port import EvaluatorPort, Snapshot, write_snapshot
 from cudagent.evaluator.verdict import Verdict

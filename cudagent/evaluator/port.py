@@ -24,7 +24,7 @@ from cudagent.errors import EnvironmentProblem
 from cudagent.workspace import KERNELS, MODEL_NEW, SOURCE_SUFFIXES, Workspace
 
 if TYPE_CHECKING:
-    from cudagent.build.extension import BuildResult
+    from cudagent.evaluator.build.extension import BuildResult
     from cudagent.evaluator.verdict import Verdict
     from cudagent.task import Task
 

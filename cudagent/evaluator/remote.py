@@ -19,8 +19,8 @@ from urllib.parse import urlparse
 
 import aiohttp
 
-from cudagent.build.extension import BuildResult
 from cudagent.errors import CudagentError, EnvironmentProblem
+from cudagent.evaluator.build.extension import BuildResult
 from cudagent.evaluator.port import EvaluatorUnavailable, Snapshot, SnapshotError, snapshot_digest
 from cudagent.evaluator.verdict import Verdict
 from cudagent.task import Task

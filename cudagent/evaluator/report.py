@@ -35,7 +35,7 @@ def render(v, detail: bool = False) -> str:
             )
         lines += _ncu_lines(timing.get("ncu"))
         if v.confinement is not None:
-            from cudagent.confine import describe
+            from cudagent.evaluator.jail.confine import describe
 
             lines.append(f"  candidate process: {describe(v.confinement)}")
     lines += [f"  note: {f}" for f in v.flags] + [f"  note: {n}" for n in v.notes]

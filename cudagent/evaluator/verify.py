@@ -23,8 +23,8 @@ import torch
 
 from cudagent.device.info import DeviceInfo
 from cudagent.evaluator.compare import Tolerance, compare
+from cudagent.evaluator.jail.process import ChildProcess
 from cudagent.evaluator.judge import Extension, judge_call, judge_failed_call, judge_tampering
-from cudagent.evaluator.session import ChildProcess
 from cudagent.evaluator.transforms import InputSpec, secret_draw
 from cudagent.evaluator.trials import sparse_mutation, stress_inputs
 from cudagent.evaluator.verdict import Trial, Verdict

@@ -2,8 +2,8 @@
 
     python -m cudagent.usermodel.prove REQUEST.json     (prints one JSON object)
 
-Runs in a process of its own, confined like a candidate's (cudagent/confine.py: the model's folders and the
-package readable, the package's build folders and its scratch writable, no network), since the package's kernels
+Runs in a process of its own, confined like a candidate's (cudagent/evaluator/jail/confine.py: the model's folders
+and the package readable, the package's build folders and its scratch writable, no network), since the package's kernels
 are a model's code. It builds the user's model as `optimize` did (the same seed), patches a copy with the package
 (package.py), and:
 
@@ -11,7 +11,7 @@ are a model's code. It builds the user's model as `optimize` did (the same seed)
   evaluator's tolerances (cudagent/evaluator/compare.py). A spot whose kernel breaks the model is found by
   applying each spot alone, reported, and left out; the others are verified and timed without it.
 - **times** the original and the patched model, eager and under torch.compile, with the evaluator's timing loop
-  (cudagent/evaluator/measure.py: the same clock as every verdict), in interleaved rounds.
+  (cudagent/evaluator/timing/measure.py: the same clock as every verdict), in interleaved rounds.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ def main(argv: list[str]) -> int:
 
 
 def _confine(request: dict) -> None:
-    import cudagent.confine as confine
-    import cudagent.isolation as isolation
+    import cudagent.evaluator.jail.confine as confine
+    import cudagent.evaluator.jail.privileges as isolation
 
     isolation.drop_privileges()
     plan = confine.Plan(request.get("confine", "best-effort"), read=request["read"], write=[request["package"]])
@@ -134,7 +134,7 @@ def comparable(output, _seen: frozenset = frozenset()):
 def _time(original, patched, user, device: str, rounds: int) -> dict:
     import torch
 
-    from cudagent.evaluator.measure import Plan, measure
+    from cudagent.evaluator.timing.measure import Plan, measure
 
     dev = torch.device(device)
     args, kwargs = user.inputs.make(SEEDS[0], device)

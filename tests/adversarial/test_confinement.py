@@ -1,5 +1,6 @@
-"""The candidate's process is confined (cudagent/confine.py): a kernel that tries to get out with raw system calls,
-at load and in every call, gets nowhere, and the same kernel unconfined shows that each attempt is real.
+"""The candidate's process is confined (cudagent/evaluator/jail/confine.py): a kernel that tries to get out with raw
+system calls, at load and in every call, gets nowhere, and the same kernel unconfined shows that each attempt is
+real.
 
 The attempts (confinement/kernels/escape.cpp): plant a file in the user's $HOME, in the compiler cache, the
 precompiled headers, the baseline cache and the link-audit facts; read another session's scratch; read another
@@ -21,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from cudagent.confine import machine_support
 from cudagent.device.info import resolve_device
 from cudagent.evaluator import EvalOptions, Evaluator
+from cudagent.evaluator.jail.confine import machine_support
 from cudagent.resources import cache_dir
 from cudagent.task import load_task
 from cudagent.workspace import Workspace
@@ -192,14 +193,14 @@ def _run_script(script: Path) -> subprocess.CompletedProcess:
 def test_strict_refuses_to_run_what_it_cannot_confine(tmp_path):
     """Where a mechanism is missing, strict ends the process before any candidate code: here, a seccomp filter for
     an architecture the kernel does not run is what fails."""
-    import cudagent.confine as confine
+    import cudagent.evaluator.jail.confine as confine
 
     assert confine.LEVELS == ("strict", "best-effort", "off")
     script = tmp_path / "strict.py"
     script.write_text(
         "import platform, sys\n"
         "platform.machine = lambda: 'sparc64'\n"
-        "import cudagent.confine as c, cudagent.evaluator.entry as entry\n"
+        "import cudagent.evaluator.jail.confine as c, cudagent.evaluator.jail.entry as entry\n"
         "entry.run_child(['--confine', c.Plan('strict').to_json(), '--fd', '0'])\n"
     )
     done = _run_script(script)
@@ -270,8 +271,8 @@ def test_doctor_says_what_a_candidate_would_get_and_bad_levels_are_one_sentence(
 def test_a_process_whose_cuda_will_not_start_confined_says_so(level):
     """The evaluator's best-effort falls back to an unconfined process on this failure (and says so in each verdict);
     here CUDA cannot start at all, which the confined process reports the same way, and an unconfined one as a crash."""
-    from cudagent.confine import Plan
-    from cudagent.evaluator.session import ChildFailure, ChildProcess
+    from cudagent.evaluator.jail.confine import Plan
+    from cudagent.evaluator.jail.process import ChildFailure, ChildProcess
 
     child = ChildProcess(device="cuda", confine=Plan(level))
     try:
@@ -296,7 +297,7 @@ def test_a_confined_process_still_names_its_threads_and_finds_no_daemon(tmp_path
     script = tmp_path / "threads.py"
     script.write_text(
         "import os, socket, threading\n"
-        "import cudagent.isolation as i, cudagent.confine as c\n"
+        "import cudagent.evaluator.jail.privileges as i, cudagent.evaluator.jail.confine as c\n"
         "i.drop_privileges(); assert c.enter(c.Plan('strict'))['confined']\n"
         "ready, go, tids = threading.Event(), threading.Event(), []\n"
         "def run():\n"

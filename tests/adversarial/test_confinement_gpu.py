@@ -1,6 +1,6 @@
 """Confinement on the GPU: the CUDA driver, CUPTI and load_inline's nvcc work in a confined candidate process, and
-what they needed beyond the grants shows here first (cudagent/confine.py). The escape probe itself is CPU code
-(test_confinement.py); on the device it runs as the CPU case does, beside CUDA."""
+what they needed beyond the grants shows here first (cudagent/evaluator/jail/confine.py). The escape probe itself is
+CPU code (test_confinement.py); on the device it runs as the CPU case does, beside CUDA."""
 
 from __future__ import annotations
 

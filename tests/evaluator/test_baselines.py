@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
+import cudagent.evaluator.timing.baselines as bl
 from cudagent.device.info import resolve_device
-from cudagent.evaluator import baselines as bl
-from cudagent.evaluator.measure import Plan
+from cudagent.evaluator.timing.measure import Plan
 from cudagent.task import load_task
 from tests.caches import seeded_cache
 

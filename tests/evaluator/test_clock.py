@@ -5,9 +5,9 @@ in the interleaved confirmation alike."""
 from __future__ import annotations
 
 from cudagent.device.info import DeviceInfo
-from cudagent.evaluator.baselines import Baseline, Measurement
-from cudagent.evaluator.measure import Plan
-from cudagent.evaluator.profile import Profiler
+from cudagent.evaluator.timing.baselines import Baseline, Measurement
+from cudagent.evaluator.timing.measure import Plan
+from cudagent.evaluator.timing.profile import Profiler
 from cudagent.evaluator.verdict import Verdict
 
 # A framework-bound baseline: its kernels take 0.010 ms, but a call takes 0.050 ms to enqueue, so a loop of calls

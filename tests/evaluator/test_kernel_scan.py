@@ -2,7 +2,7 @@
 
 import pytest
 
-from cudagent.evaluator.kernel_scan import scan_cpp, strip_comments_and_strings
+from cudagent.evaluator.audit.kernel_scan import scan_cpp, strip_comments_and_strings
 
 LEGIT = r"""
 #include <torch/types.h>

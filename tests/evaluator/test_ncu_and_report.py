@@ -1,6 +1,6 @@
 """Parsing Nsight Compute's CSV, and rendering verdicts as text for people and agents."""
 
-from cudagent.evaluator.ncu import METRICS, STALL_METRIC, parse_ncu_csv
+from cudagent.evaluator.timing.ncu import METRICS, STALL_METRIC, parse_ncu_csv
 from cudagent.evaluator.verdict import Verdict, Violation
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from cudagent.evaluator.session import ChildFailure, ChildProcess, child_env
+from cudagent.evaluator.jail.process import ChildFailure, ChildProcess, child_env
 
 
 def load(child, path, timeout=60):

@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from cudagent.evaluator.static_audit import audit_model_new
+from cudagent.evaluator.audit.static_audit import audit_model_new
 
 HEAD = "import torch\nimport torch.nn as nn\nimport cuda_extension\n"
 TAIL = "\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return cuda_extension.f(x)\n"

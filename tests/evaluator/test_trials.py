@@ -43,7 +43,12 @@ def test_sparse_mutation_changes_a_small_block():
 def test_inputs_far_larger_than_the_flush_buffer_are_timed_as_one_set():
     """Three rotated sets, unless a set takes ONE_SET_FLUSH_MULTIPLE flush buffers (KernelBench's 6.4 GB ReLU input):
     the candidate and the baselines of a task then get one set each, and the task a third of the device memory."""
-    from cudagent.evaluator.measure import INPUT_SETS, ONE_SET_FLUSH_MULTIPLE, default_flush_bytes, draw_input_sets
+    from cudagent.evaluator.timing.measure import (
+        INPUT_SETS,
+        ONE_SET_FLUSH_MULTIPLE,
+        default_flush_bytes,
+        draw_input_sets,
+    )
 
     cpu = torch.device("cpu")
     limit = ONE_SET_FLUSH_MULTIPLE * default_flush_bytes(cpu)

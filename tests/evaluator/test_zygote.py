@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cudagent.evaluator.session import ChildFailure, ChildProcess, child_env
-from cudagent.evaluator.zygote import Zygote
+from cudagent.evaluator.jail.process import ChildFailure, ChildProcess, child_env
+from cudagent.evaluator.jail.zygote import Zygote
 
 PROBE = """import os, sys
 print("home=" + os.environ["HOME"], "sid=" + str(os.getsid(0) == os.getpid()), "tmp=" + os.environ.get("MARK", ""))

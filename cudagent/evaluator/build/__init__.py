@@ -1,6 +1,7 @@
 """Building a workspace's extension module, fast and without loading it.
 
 extension.py   the incremental ninja build of `cuda_extension` (never imports what it builds)
-objcache.py    the machine's compiler cache for the C++ units (`python -m cudagent.build.objcache`, run by ninja)
+objcache.py    the machine's compiler cache for the C++ units (run by ninja as
+               `python -m cudagent.evaluator.build.objcache`)
 pch.py         precompiled torch headers for the units the cache misses
 """

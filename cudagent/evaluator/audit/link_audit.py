@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudagent.errors import EnvironmentProblem
-from cudagent.evaluator.op_policy import ALLOWED_OPS, PASS_THROUGH_OPS
+from cudagent.evaluator.audit.op_policy import ALLOWED_OPS, PASS_THROUGH_OPS
 from cudagent.evaluator.verdict import Violation
 
 
@@ -444,7 +444,7 @@ def baseline_symbols(device) -> frozenset[str]:
     import os
     import tempfile
 
-    from cudagent.build.extension import build_workspace, toolchain_for
+    from cudagent.evaluator.build.extension import build_workspace, toolchain_for
     from cudagent.resources import cache_dir
     from cudagent.workspace import Workspace, infrastructure
 

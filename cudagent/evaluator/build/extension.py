@@ -199,7 +199,7 @@ def run_ninja(
     object_name = object_name or (lambda src: os.path.relpath(src, folder))
     _write_if_changed(folder / "build.ninja", _ninja_text(tc, folder, units, flags, target, object_name))
     ninja = _ninja_binary()
-    # The compile rule runs `python -m cudagent.build.objcache`: this cudagent, wherever it was imported from
+    # The compile rule runs `python -m cudagent.evaluator.build.objcache`: this cudagent, wherever it was imported from
     path = os.pathsep.join(p for p in (str(PACKAGE_DIR.parent), os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ", PYTHONPATH=path)
     jobs = str(max(1, min(len(units), os.cpu_count() or 1)))
@@ -242,7 +242,7 @@ def _ninja_text(tc: Toolchain, folder: Path, units: list[Unit], flags: tuple, ta
         "ninja_required_version = 1.3",
         f"cxx = {shlex.quote(tc.cxx)}",
         # C++ units through the machine's compiler cache (objcache.py): same preprocessed unit, same object
-        f"objcache = {shlex.quote(sys.executable)} -m cudagent.build.objcache",
+        f"objcache = {shlex.quote(sys.executable)} -m cudagent.evaluator.build.objcache",
         f"cflags = {' '.join(cflags)}",
         "rule cxx",
         "  command = $objcache $cxx -MMD -MF $out.d $cflags -c $in -o $out",

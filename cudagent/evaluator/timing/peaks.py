@@ -51,7 +51,7 @@ def device_peaks(device: DeviceInfo) -> Peaks:
             return Peaks(**json.load(f))
     except (OSError, ValueError, TypeError):
         pass
-    from cudagent.evaluator.session import ChildProcess
+    from cudagent.evaluator.jail.process import ChildProcess
 
     with ChildProcess() as child:
         reply = child.request({"op": "peaks", "device": device.kind}, timeout_s=600, what="measuring the device")

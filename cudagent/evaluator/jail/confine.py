@@ -1,6 +1,6 @@
 """Confinement of the process that runs a candidate's code (Linux): no network, files read-only except its own scratch.
 
-    enter(plan)    in the candidate's process, first thing (cudagent/evaluator/entry.py)
+    enter(plan)    in the candidate's process, first thing (cudagent/evaluator/jail/entry.py)
 
 Applied before the candidate's process imports torch (so before any thread exists: Landlock binds the threads
 that call it and those they start), after it has given up its capabilities (isolation.drop_privileges sets
@@ -460,7 +460,8 @@ def probe(level: str = DEFAULT_LEVEL) -> dict:
     from cudagent.resources import PACKAGE_DIR
 
     code = (
-        "import json, cudagent.isolation as i, cudagent.confine as c; i.drop_privileges()\n"
+        "import json, cudagent.evaluator.jail.privileges as i, cudagent.evaluator.jail.confine as c\n"
+        "i.drop_privileges()\n"
         f"try: c.enter(c.Plan({level!r}))\nexcept c.Unconfined: pass\nprint(json.dumps(c.status()))"
     )
     with tempfile.TemporaryDirectory(prefix="cudagent-probe-") as scratch:

@@ -19,9 +19,9 @@ import tempfile
 import threading
 import time
 
-from cudagent.confine import EXIT_CUDA_CONFINED, EXIT_UNCONFINED, Plan
+from cudagent.evaluator.jail.confine import EXIT_CUDA_CONFINED, EXIT_UNCONFINED, Plan
+from cudagent.evaluator.jail.zygote import Zygote, ZygoteGone
 from cudagent.evaluator.wire import DEFAULT_MAX_FRAME, Arena, Channel, ChannelClosed, ChannelTimeout, FrameTooLarge
-from cudagent.evaluator.zygote import Zygote, ZygoteGone
 from cudagent.procs import (
     BoundedOutput,
     Limits,
@@ -142,7 +142,7 @@ class ChildProcess:
                 self.proc = None
         if self.proc is None:
             self.proc = subprocess.Popen(
-                [*self.wrapper, sys.executable, "-s", "-m", "cudagent.evaluator.entry", *args]
+                [*self.wrapper, sys.executable, "-s", "-m", "cudagent.evaluator.jail.entry", *args]
                 + ["--fd", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
                 env=env,

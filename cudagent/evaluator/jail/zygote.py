@@ -1,6 +1,6 @@
 """A fork server for candidate processes: children start in milliseconds instead of the seconds `import torch` takes.
 
-    python -s -m cudagent.evaluator.zygote --fd N
+    python -s -m cudagent.evaluator.jail.zygote --fd N
 
 The zygote is trusted and runs no candidate code: it imports torch and the child harness, never initializes CUDA
 (so a fork is safe; nor does it open a profiler session, which on a CUDA build of torch sets CUPTI up even for a
@@ -84,7 +84,7 @@ def _become_child(sock: socket.socket, request: dict, fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         tempfile.tempdir = None  # TMPDIR may differ from the zygote's
-        import cudagent.evaluator.entry as entry
+        import cudagent.evaluator.jail.entry as entry
 
         entry.run_child([*request["argv"], "--fd", str(channel_fd)])  # confines it, then ends the process itself
     except BaseException:  # noqa: BLE001  (whatever happens, this process must never return into the zygote)
@@ -96,13 +96,13 @@ def _become_child(sock: socket.socket, request: dict, fds: list[int]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="cudagent.evaluator.zygote")
+    parser = argparse.ArgumentParser(prog="cudagent.evaluator.jail.zygote")
     parser.add_argument("--fd", type=int, required=True)
     args = parser.parse_args()
     import torch  # noqa: F401  (the point of the zygote: imported once, shared by every fork)
 
     import cudagent.evaluator.child  # noqa: F401
-    import cudagent.isolation as isolation
+    import cudagent.evaluator.jail.privileges as isolation
 
     isolation.protect_this_process()  # its children are the candidates' processes: closed to them too
 
@@ -153,7 +153,7 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.output = BoundedOutput(head=4096, tail=16384)
         self.proc = subprocess.Popen(
-            [sys.executable, "-s", "-m", "cudagent.evaluator.zygote", "--fd", str(theirs.fileno())],
+            [sys.executable, "-s", "-m", "cudagent.evaluator.jail.zygote", "--fd", str(theirs.fileno())],
             pass_fds=(theirs.fileno(),),
             env=env,
             cwd=cwd,

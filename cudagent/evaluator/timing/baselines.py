@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass
 
 from cudagent.device.info import DeviceInfo
 from cudagent.device.share import device_share
-from cudagent.evaluator.measure import INPUT_SETS, Plan, sets_for
-from cudagent.evaluator.session import ChildFailure, ChildProcess
+from cudagent.evaluator.jail.process import ChildFailure, ChildProcess
+from cudagent.evaluator.timing.measure import INPUT_SETS, Plan, sets_for
 from cudagent.evaluator.verdict import TimeStats
 from cudagent.resources import cache_dir
 from cudagent.task import Task

@@ -290,7 +290,14 @@ def module_path(prebuilt: Path, spec: InlineSpec) -> Path:
 
 def build(spec: InlineSpec, prebuilt: Path, device: DeviceInfo, timeout_s: float):
     """Compile the spec's main.cpp and cuda.cu into `module_path(prebuilt, spec)` (a BuildResult)."""
-    from cudagent.build.extension import BuildResult, Unit, run_ninja, summarize_output, toolchain_for, torch_flags
+    from cudagent.evaluator.build.extension import (
+        BuildResult,
+        Unit,
+        run_ninja,
+        summarize_output,
+        toolchain_for,
+        torch_flags,
+    )
 
     start = time.monotonic()
     tc = toolchain_for(device)

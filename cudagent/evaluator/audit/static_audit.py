@@ -17,8 +17,8 @@ import importlib.util
 import types
 from dataclasses import dataclass
 
-from cudagent.evaluator.kernel_scan import scan_cpp
-from cudagent.evaluator.op_policy import TORCH_NAMESPACES
+from cudagent.evaluator.audit.kernel_scan import scan_cpp
+from cudagent.evaluator.audit.op_policy import TORCH_NAMESPACES
 from cudagent.evaluator.verdict import Violation
 
 ALLOWED_MODULES = frozenset(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from cudagent.evaluator.peaks import Peaks
+from cudagent.evaluator.timing.peaks import Peaks
 from cudagent.trees import nbytes
 
 

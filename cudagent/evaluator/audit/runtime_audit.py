@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from cudagent.evaluator.op_policy import PASS_THROUGH_OPS, TORCH_NAMESPACES, op_allowed, split_op_name
+from cudagent.evaluator.audit.op_policy import PASS_THROUGH_OPS, TORCH_NAMESPACES, op_allowed, split_op_name
 from cudagent.trees import tensors
 
 # The profiler's name for a call into a Python dispatch mode (ATen's Python fallback kernel).

@@ -31,14 +31,14 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from cudagent.device.info import DeviceInfo
-from cudagent.evaluator.baselines import Baseline, BaselineError, Baselines, Measurement
+from cudagent.evaluator.audit.link_audit import kernel_base_name
 from cudagent.evaluator.compare import Tolerance, compare
+from cudagent.evaluator.jail.process import ChildProcess
 from cudagent.evaluator.judge import Extension, judge_tampering
-from cudagent.evaluator.link_audit import kernel_base_name
-from cudagent.evaluator.measure import INPUT_SETS, Plan, draw_input_sets
-from cudagent.evaluator.peaks import Peaks
-from cudagent.evaluator.roofline import TaskCost, achieved, floor_ms
-from cudagent.evaluator.session import ChildProcess
+from cudagent.evaluator.timing.baselines import Baseline, BaselineError, Baselines, Measurement
+from cudagent.evaluator.timing.measure import INPUT_SETS, Plan, draw_input_sets
+from cudagent.evaluator.timing.peaks import Peaks
+from cudagent.evaluator.timing.roofline import TaskCost, achieved, floor_ms
 from cudagent.evaluator.transforms import InputSpec, ParamStream
 from cudagent.evaluator.verdict import TimeStats, Verdict, reward_tier
 from cudagent.task import Task

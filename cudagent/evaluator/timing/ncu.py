@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 
-from cudagent.evaluator.session import ChildFailure, ChildProcess
+from cudagent.evaluator.jail.process import ChildFailure, ChildProcess
 from cudagent.trees import to_device
 
 STALLS = (

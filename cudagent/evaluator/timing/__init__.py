@@ -1,0 +1,8 @@
+"""Honest timing: one clock for every target, clean baselines, checks on every sample.
+
+measure.py      the timing loop (events behind a GPU-side lead, L2 flush, rotated input sets, kept outputs)
+baselines.py    eager and torch.compile timed in clean processes that never import candidate code
+profile.py      the candidate's timing, its checks (clock, kernel sum, floor, interference) and the tier
+peaks.py, peak_rates.py, roofline.py   the device's measured peaks and a task's cost
+ncu.py          an Nsight Compute summary of the candidate's kernels
+"""
