@@ -210,13 +210,23 @@ def build(scratch: Path, inline_dir: Path | None) -> dict:
                     "phases_s": v.seconds,
                     "violations": [x.code for x in v.violations],
                 }
-        ninja = next(ws.inline_build_dir.rglob("build.ninja"), None)
+        ninja = next(_inline_folders(ws, device), None)
         if ninja is not None:
             row["build_ninja"] = ninja.read_text()
             row.update(_by_hand(ninja, scratch / f"hand-{name}"))
         out[f"inline_{name}"] = row
         print(f"build inline {name}: {json.dumps({k: v for k, v in row.items() if k != 'build_ninja'})}", flush=True)
     return out
+
+
+def _inline_folders(ws, device):
+    """The build.ninja files of the machine's builds of the candidate's load_inline calls."""
+    from cudagent.evaluator.build.inline import extract, folder_for
+
+    for spec in extract(ws.model_new_py.read_text())[0]:
+        ninja = folder_for(spec, device) / "build.ninja"
+        if ninja.is_file():
+            yield ninja
 
 
 def _by_hand(ninja: Path, scratch: Path) -> dict:

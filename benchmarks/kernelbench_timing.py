@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -137,7 +138,22 @@ def ours_candidate(task, model_new: Path, scratch: Path) -> tuple[dict, Path]:
         "codes": sorted({x.code for x in v.violations}),
         "seconds": v.seconds,
     }
-    return {"verdict": verdict, **times}, ws.prebuilt_dir
+    return {"verdict": verdict, **times}, _prebuilt(ws, scratch.parent / f"{scratch.name}-prebuilt")
+
+
+def _prebuilt(ws, folder: Path) -> Path:
+    """The modules cudagent built for the candidate's load_inline calls, laid out as a hand-in holds them (by key)."""
+    from cudagent.device.info import resolve_device
+    from cudagent.evaluator.build.inline import extract, folder_for, module_path
+
+    specs, _ = extract(ws.model_new_py.read_text())
+    for spec in specs:
+        built = folder_for(spec, resolve_device("cuda")) / f"{spec.name}.so"
+        target = module_path(folder, spec)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if built.is_file():
+            shutil.copyfile(built, target)
+    return folder
 
 
 def rows_of(name: str, ours: dict, kb: dict) -> list[dict]:

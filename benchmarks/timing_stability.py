@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -33,6 +34,8 @@ def measure_once(task, ws, device, ref, zygote) -> float:
     """One separate timing call: a fresh child, forked from the zygote as the evaluator's are, loads the candidate
     and times it with the standard protocol."""
     import secrets
+    import shutil
+    import tempfile
     from dataclasses import asdict
 
     from cudagent.evaluator.jail.process import ChildProcess
@@ -40,8 +43,11 @@ def measure_once(task, ws, device, ref, zygote) -> float:
     from cudagent.evaluator.verdict import TimeStats
     from cudagent.evaluator.verify import load_message
 
+    handin = tempfile.mkdtemp(prefix="cudagent-bench-handin-")  # what an evaluation hands its candidate
+    shutil.copyfile(ws.model_new_py, os.path.join(handin, "model_new.py"))
+    shutil.copyfile(ws.build_dir / "cuda_extension.so", os.path.join(handin, "cuda_extension.so"))
     with ChildProcess(device="cuda", zygote=zygote) as child:
-        assert child.request(load_message(task, ws, device, ref), timeout_s=600).get("ok", False)
+        assert child.request(load_message(task, handin, device, ref), timeout_s=600).get("ok", False)
         sets = [[x.cpu() for x in task.make_inputs(secrets.randbits(62), "cuda")] for _ in range(3)]
         reply = child.request({"op": "time", "plan": asdict(Plan()), "inputs": sets}, timeout_s=600, max_bytes=1 << 32)
         assert reply.get("ok", False), reply

@@ -198,6 +198,52 @@ def process_tree(root: int) -> list[int]:
     return tree
 
 
+def namespace_pids(pid: int) -> list[int]:
+    """The process's id in each PID namespace it belongs to, outermost first (NSpid in /proc/PID/status); [] when it
+    is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return [int(x) for x in line.split()[1:]]
+    except (OSError, ValueError):
+        pass
+    return []
+
+
+def outer_pid(root: int, inner: int, timeout_s: float = 5.0) -> int | None:
+    """The id, in this process's PID namespace, of the process below `root` whose id is `inner` in the namespace
+    just below ours (a jail's): what a fork server inside a jail reports of the processes it forks."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for pid in process_tree(root):
+            ids = namespace_pids(pid)
+            if len(ids) >= 2 and ids[1] == inner:
+                return pid
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.01)
+
+
+def end_tree(root: int, root_ended, grace_s: float = 10.0) -> None:
+    """SIGKILL every process below `root`, then give `root` (a keeper, which ends what comes back to it and then
+    itself) `grace_s` to end, as `root_ended()` tells; SIGKILL it after that."""
+    for pid in reversed(process_tree(root)[1:]):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + grace_s
+    while not root_ended():
+        if time.monotonic() >= deadline:
+            try:
+                os.kill(root, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            return
+        time.sleep(0.01)
+
+
 def cpu_seconds(pids: list[int]) -> float:
     """User plus system CPU time the live processes in `pids` have used so far (all their threads)."""
     total = 0

@@ -5,7 +5,9 @@
     kernels/              the candidate's sources: *.cu kernels, *_binding.cpp wrappers, *.cpp (cuBLAS/cuDNN, CPU)
     binding.cpp           fixed infrastructure: defines the module `cuda_extension`
     binding_registry.h    fixed infrastructure: REGISTER_BINDING(name, fn) with fn(pybind11::module&)
-    build/                cudagent's incremental build (never wiped)
+
+The build's products live outside the workspace (Workspace.build_dir, in the machine's cache): never wiped, built
+incrementally, and out of reach of whatever writes the workspace.
 
 The fixed files are checked against their hashes and restored before every build and evaluation, so nothing a
 candidate does to them survives. KernelBench's single-file candidates (a model_new.py that builds its own
@@ -67,17 +69,11 @@ class Workspace:
 
     @property
     def build_dir(self) -> Path:
-        return self.root / BUILD
-
-    @property
-    def inline_build_dir(self) -> Path:
-        """TORCH_EXTENSIONS_DIR for single-file candidates, kept between builds like build/."""
-        return self.build_dir / "torch_extensions"
-
-    @property
-    def prebuilt_dir(self) -> Path:
-        """Modules of single-file candidates built by the trusted build (build/inline.py), by their call's key."""
-        return self.inline_build_dir / "prebuilt"
+        """Where the trusted build keeps this workspace's objects and library: in the machine's cache, outside the
+        workspace, so that nothing written in the workspace (a link where a folder was) can steer the build's
+        writes, and the candidate's process, which never sees it, gets its library handed in (jail/cell.py)."""
+        key = hashlib.sha256(str(self.root).encode()).hexdigest()[:16]
+        return cache_dir() / "builds" / f"{self.root.name}-{key}"
 
     # ----- creation and protection -------------------------------------------------------------------------
 
@@ -146,7 +142,7 @@ class Workspace:
         return sorted(
             p
             for p in self.kernels_dir.rglob("*")
-            if p.is_file() and p.suffix in SOURCE_SUFFIXES and BUILD not in p.parts
+            if p.is_file() and not p.is_symlink() and p.suffix in SOURCE_SUFFIXES and BUILD not in p.parts
         )
 
     def compiled_sources(self, cuda: bool) -> list[Path]:

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+import cudagent.evaluator.jail.level as jail_level
 from cudagent.device.info import resolve_device
 from cudagent.errors import EnvironmentProblem
 from cudagent.evaluator.build.extension import build_workspace, toolchain_for
@@ -66,12 +67,23 @@ def test_incremental_build(tmp_path, cpu):
     assert call(ws, "b") == "102"
 
 
-def test_a_moved_workspace_needs_no_rebuild(tmp_path, cpu):
+def _objects() -> set:
+    from cudagent.resources import cache_dir
+
+    return {str(p) for p in (cache_dir() / "objects").rglob("object.o")}
+
+
+def test_a_moved_workspace_compiles_nothing_again(tmp_path, cpu):
+    """Its build folder is another (each workspace has its own, in the machine's cache), but every command line is
+    the same (the workspace is `ws` seen from its build folder), so the compiler cache serves every unit."""
     ws = make(tmp_path)
     assert build_workspace(ws, cpu).ok
+    before = _objects()
     moved = Workspace(tmp_path / "moved")
     shutil.copytree(ws.root, moved.root)
-    assert build_workspace(moved, cpu).recompiled == []
+    again = build_workspace(moved, cpu)
+    assert again.ok and sorted(again.recompiled) == ["binding.cpp", "kernels/a.cpp", "kernels/b.cpp"]
+    assert _objects() == before and call(moved, "b") == "42"
 
 
 def test_restores_fixed_files_before_building(tmp_path, cpu):
@@ -95,8 +107,9 @@ def test_compile_errors_are_cut_to_file_and_line(tmp_path, cpu):
 
 
 def test_build_timeout_kills_the_compiler(tmp_path, cpu):
+    """In the build's jail (where bubblewrap runs) its PID namespace ends every compiler with the build."""
     ws = make(tmp_path)
-    result = build_workspace(ws, cpu, timeout_s=0.3)
+    result = build_workspace(ws, cpu, timeout_s=0.3, jail=jail_level.decide("best-effort", "cpu"))
     assert not result.ok and result.timed_out
     assert "0 s limit" in result.errors or "limit" in result.errors
     time.sleep(0.2)

@@ -1,5 +1,6 @@
 """KernelBench's load_inline candidates built by the trusted build: the calls read without running model_new.py, the
-files torch would write, and a prebuilt module used only for the arguments it was built from."""
+files torch would write, and a handed-in module used only for the arguments it was built from: the candidate's
+process compiles nothing."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch.utils.cpp_extension as cpp_extension
 
-from cudagent.evaluator.build.inline import InlineSpec, extract, install, module_path
+from cudagent.evaluator.build.inline import InlineSpec, NotBuilt, extract, folder_for, install, module_path
 
 REPO = Path(__file__).resolve().parent.parent
 CONTROL = REPO / "tests" / "adversarial" / "cases" / "control_inline_cpu" / "model_new.py"
@@ -51,7 +52,8 @@ b = ce.load_inline("second", decl, cuda_sources=body, functions={"twice": "doubl
         'load_inline(name="n", cpp_sources="x", is_python_module=False)',
     ],
 )
-def test_calls_that_cannot_be_read_or_trusted_are_left_to_torch(call):
+def test_calls_that_cannot_be_read_or_trusted_are_not_built_from_the_text(call):
+    """Counted, not built: the evaluator finds them by importing model_new.py in the jail (and refuses the flags)."""
     source = f"from torch.utils.cpp_extension import load_inline\nsrc = 'a'\nsrc = 'b'\n{call}\n"
     assert extract(source) == ([], 1)
 
@@ -79,25 +81,27 @@ def test_the_files_are_those_torch_writes(tmp_path, monkeypatch):
     assert (tmp_path / "main.cpp").read_text() == plain.main_cpp() and plain.key() != spec.key()
 
 
-def test_a_prebuilt_module_serves_only_the_arguments_it_was_built_from(tmp_path, monkeypatch):
-    calls = []
-
-    def torch_builds(*a, **k):
-        calls.append((a, k))
-        return "built by torch"
-
-    torch_builds.__wrapped__ = cpp_extension.load_inline  # its signature is torch's
-    monkeypatch.setattr(cpp_extension, "load_inline", torch_builds)
+def test_a_handed_in_module_serves_only_the_arguments_it_was_built_from(tmp_path, monkeypatch):
+    """Any other call is refused (nothing is compiled in the candidate's process), and so is torch's `load`; while
+    the evaluator finds the calls (record=True), an unbuilt call is noted and raises NotBuilt."""
+    monkeypatch.setattr(cpp_extension, "load_inline", cpp_extension.load_inline)  # restored after the test
+    monkeypatch.setattr(cpp_extension, "load", cpp_extension.load)
     built = InlineSpec.of_call((), {"name": "m", "cpp_sources": "int f();", "functions": ["f"]})
     path = module_path(tmp_path, built)
     path.parent.mkdir(parents=True)
     path.write_text("")  # any file: the other sources must never get this far
     served = install(str(tmp_path))
-    assert cpp_extension.load_inline(name="m", cpp_sources="int f(); // changed", functions=["f"]) == "built by torch"
-    assert cpp_extension.load_inline(name="m", cpp_sources="int f();", functions=["f"], extra_cflags=["-O0"]) == (
-        "built by torch"
-    )
-    assert len(calls) == 2 and served == {"prebuilt": [], "compiled": ["m", "m"]}
+    for changed in ({"cpp_sources": "int f(); // changed"}, {"extra_cflags": ["-O0"]}):
+        with pytest.raises(RuntimeError, match="were not built before the candidate ran"):
+            cpp_extension.load_inline(**{"name": "m", "cpp_sources": "int f();", "functions": ["f"], **changed})
+    with pytest.raises(RuntimeError, match="is not supported"):
+        cpp_extension.load(name="m", sources=["m.cpp"])
+    assert served == {"prebuilt": [], "wanted": []}
+
+    recorded = install(str(tmp_path), record=True)
+    with pytest.raises(NotBuilt):
+        cpp_extension.load_inline(name="other", cpp_sources="int g();", functions=["g"])
+    assert [w["name"] for w in recorded["wanted"]] == ["other"]
 
 
 @pytest.mark.slow
@@ -118,6 +122,5 @@ def test_a_load_inline_candidate_is_built_here_and_its_process_imports_the_modul
         v = evaluator.evaluate(ws)
     assert v.correct, json.dumps(v.to_dict())[:2000]
     (spec,), left = extract((folder / "model_new.py").read_text())
-    assert left == 0 and module_path(ws.prebuilt_dir, spec).is_file()
+    assert left == 0 and (folder_for(spec, resolve_device("cpu")) / "vadd_inline_prebuilt.so").is_file()
     assert v.build["recompiled"] == ["vadd_inline_prebuilt/main.cpp"]
-    assert not any("built by torch" in n for n in v.notes)

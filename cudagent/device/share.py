@@ -62,8 +62,20 @@ def _depth() -> list[str]:
 
 
 def alone() -> bool:
-    """Whether this process takes every share of the device exclusively."""
-    return os.environ.get(ALONE_ENV) == "1"
+    """Whether this process (or, inside alone_here(), this thread) takes every share of the device exclusively."""
+    return os.environ.get(ALONE_ENV) == "1" or getattr(_held, "alone", False)
+
+
+@contextlib.contextmanager
+def alone_here():
+    """Every share this thread takes inside is exclusive: work run again with the device to itself (an evaluation
+    that ran out of device memory beside others)."""
+    before = getattr(_held, "alone", False)
+    _held.alone = True
+    try:
+        yield
+    finally:
+        _held.alone = before
 
 
 @contextlib.contextmanager

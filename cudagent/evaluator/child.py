@@ -132,23 +132,32 @@ class Harness:
     # ----- the candidate ---------------------------------------------------------------------------------------
 
     def op_load(self, msg: dict) -> dict:
-        """Import model_new.py, build ModelNew(*init_inputs), load the reference state_dict (strict)."""
+        """Import model_new.py from the hand-in (jail/cell.py: the audited text and the libraries the trusted build
+        made, read-only here), build ModelNew(*init_inputs), load the reference state_dict (strict). With
+        import_only (the evaluator finding out which load_inline calls a candidate makes): import and make ModelNew,
+        recording the calls that were not built yet."""
         self._use_device(msg["device"])
-        roots = [r for r in (msg.get("build_dir"), msg.get("extensions_dir")) if r]
-        self.own_roots = tuple(roots + [msg["prebuilt_dir"]] if msg.get("prebuilt_dir") else roots)
-        if msg.get("build_dir"):
-            sys.path.insert(0, msg["build_dir"])
-        served = inline.install(msg["prebuilt_dir"]) if msg.get("prebuilt_dir") else None
-        spec = importlib.util.spec_from_file_location("model_new", msg["model_new"])
+        handin = msg["handin"]
+        self.own_roots = (handin,)
+        sys.path.insert(0, handin)  # cuda_extension, a workspace's module
+        served = inline.install(os.path.join(handin, "prebuilt"), record=bool(msg.get("import_only")))
+        spec = importlib.util.spec_from_file_location("model_new", os.path.join(handin, "model_new.py"))
         module = importlib.util.module_from_spec(spec)
         sys.modules["model_new"] = module
         try:
             spec.loader.exec_module(module)
         except BaseException as exc:  # SystemExit from candidate code too
-            return {"ok": False, "stage": "import", "error": f"{type(exc).__name__}: {exc}", "trace": _trace(exc)}
-        if msg.get("import_only"):
-            return {"libraries": audit.own_libraries(roots), "load_inline": served}
+            error = {"ok": False, "stage": "import", "error": f"{type(exc).__name__}: {exc}", "trace": _trace(exc)}
+            return {**error, "load_inline": served}
         cls = getattr(module, "ModelNew", None)
+        if msg.get("import_only"):
+            if isinstance(cls, type) and msg.get("init_inputs") is not None:
+                try:  # load_inline calls made in ModelNew.__init__ are recorded too
+                    with torch.random.fork_rng(devices=[]):
+                        cls(*msg["init_inputs"])
+                except BaseException:  # noqa: BLE001  (the verification reports a failing __init__ in full)
+                    pass
+            return {"libraries": audit.own_libraries([handin]), "load_inline": served}
         if not isinstance(cls, type):
             return {"ok": False, "stage": "init", "error": "model_new.py defines no class ModelNew"}
         try:
@@ -163,7 +172,7 @@ class Harness:
         if not reply.get("ok", True):
             return reply
         return {
-            "libraries": audit.own_libraries(roots),
+            "libraries": audit.own_libraries([handin]),
             "reference_imported": "model" in sys.modules,
             "load_inline": served,
         }

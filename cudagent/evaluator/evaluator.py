@@ -1,44 +1,54 @@
 """The trusted evaluator: static audits, build, trials in a child process, honest timing, verdict.
 
-    audit ─ build ─ link audit ─ (baselines, peaks and task cost, before any candidate process exists)
+    audit ─ build ─ link audit ─ hand-in ─ (baselines, peaks and task cost, before any candidate process exists)
           ─ child: load, trials (verify.py), timing and its checks (profile.py) ─ tampering check ─ tier
 
 The reference lives only here, in the parent: fresh secret seeds for weights and inputs every evaluation, its
-outputs computed here, after the candidate's, and never sent anywhere; this process is non-dumpable and the
-candidate's process holds no capabilities (isolation.py). An Evaluator serves one task on one device and keeps a
-clean reference worker alive for its whole life; use it as a context manager (or call close()). Several evaluators
-may share a device (a bench's tasks): what runs on it takes a share, timings take it alone (device/share.py).
-Kept in one module of about 500 lines: every step lives elsewhere; what is here is their order and the life
-of the processes they run in (zygote, spares), which only make sense read together.
+outputs computed here, after the candidate's, and never sent anywhere; this process is non-dumpable. Candidate code
+runs only in the jail (jail/): every candidate process is kept by a keeper that ends whatever it starts, inside
+bubblewrap with a view of its own, under Landlock and seccomp, reading only the hand-in of its evaluation (the
+model_new.py that was audited, the libraries the trusted build made and the link audit read) and writing only its
+own scratch. The builds run in a jail of their own (jail/compiler.py). How strong the jail is was decided once for
+this machine (jail/level.py), never by what a candidate did.
+
+An Evaluator serves one task on one device and keeps a clean reference worker alive for its whole life; use it as a
+context manager (or call close()). Several evaluators may share a device (a bench's tasks): what runs on it takes a
+share, timings take it alone (device/share.py); an evaluation that ran out of device memory beside others is run
+again with the device alone before its verdict counts. Kept in one module of about 500 lines: every step lives
+elsewhere; what is here is their order and the life of the processes they run in (zygote, spares), which only make
+sense read together.
 """
 
 from __future__ import annotations
 
 import collections
 import os
+import re
 import secrets
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import cudagent.evaluator.build.inline as inline
 import cudagent.evaluator.jail.confine as confine
+import cudagent.evaluator.jail.level as jail_level
 import cudagent.evaluator.jail.privileges as isolation
 from cudagent.device.info import DeviceInfo
-from cudagent.device.share import device_share
+from cudagent.device.share import alone, alone_here, device_share
+from cudagent.errors import TaskError
 from cudagent.evaluator.audit.kernel_scan import scan_files
 from cudagent.evaluator.audit.link_audit import audit_library, baseline_symbols, inspect_library
 from cudagent.evaluator.audit.nullcheck import null_candidates
 from cudagent.evaluator.audit.static_audit import audit_model_new
 from cudagent.evaluator.build.extension import (
     DEFAULT_BUILD_TIMEOUT_S,
-    NVCC_THREADS,
     BuildResult,
     build_workspace,
-    summarize_compiler_output,
 )
 from cudagent.evaluator.compare import Tolerance
+from cudagent.evaluator.jail.cell import Cell, HandIn
 from cudagent.evaluator.jail.process import ChildFailure, ChildProcess, StartingProcess, child_env
 from cudagent.evaluator.jail.zygote import Zygote
 from cudagent.evaluator.judge import Extension
@@ -51,9 +61,16 @@ from cudagent.evaluator.timing.roofline import task_cost
 from cudagent.evaluator.verdict import TIER_MARGIN, Verdict
 from cudagent.evaluator.verify import TrialRunner, load_message
 from cudagent.task import Task, validate_task
-from cudagent.workspace import CandidateFormat, Workspace
+from cudagent.workspace import EXTENSION_NAME, CandidateFormat, Workspace
 
 SPARE_PROCESSES = 2  # with spare_process: started processes kept ready for the next evaluations
+IMPORT_ROUNDS = 8  # load_inline calls found by importing model_new.py: at most this many rounds of build and import
+# What running out of device memory looks like, wherever it happened (the reference, get_inputs, the candidate)
+DEVICE_OOM = re.compile(
+    r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"
+    r"|CUDA_ERROR_OUT_OF_MEMORY",
+    re.I,
+)
 
 
 @dataclass
@@ -123,7 +140,7 @@ class Evaluator:
         self._zygote_home: str | None = None
         self._spares: collections.deque[ChildProcess] = collections.deque()  # oldest first
         self._starting: StartingProcess | None = None  # started before the task check (_start_early)
-        self._unconfined_why: str | None = None  # best-effort: why this evaluator's candidates now run unconfined
+        self._cell: Cell | None = None  # the jail of this evaluator's candidates (made on first use)
 
     def validate(self) -> None:
         """Check the task once (it loads, runs, is deterministic: task.validate_task); a broken one raises TaskError.
@@ -144,16 +161,28 @@ class Evaluator:
         while self._spares:
             self._spares.popleft().close()
         self._close_zygote()
+        if self._cell is not None:
+            self._cell.close()
+            self._cell = None
+
+    def cell(self) -> Cell:
+        """The jail of this evaluator's candidates: the machine's (decided once per process by a trusted probe;
+        raises confine.Unconfined under strict where the machine cannot give it) and the folder of hand-ins."""
+        if self._cell is None:
+            self._cell = Cell(jail_level.decide(self.options.confine, self.device.kind), self.device.kind)
+        return self._cell
 
     def _fork_server(self) -> Zygote | None:
         """The zygote candidate processes fork from, started on first use (after the first baselines, so its import
-        never overlaps a clean measurement) and restarted if it died."""
+        never overlaps a clean measurement) and restarted if it died. It lives in the candidates' jail."""
         if not self.options.fork_server:
             return None
         if self._zygote is None or not self._zygote.alive():
             self._close_zygote()
+            view = self.cell().view()
             self._zygote_home = tempfile.mkdtemp(prefix="cudagent-zygote-")
-            self._zygote = Zygote(child_env(self._zygote_home), self._zygote_home)
+            home = "/tmp" if view is not None else self._zygote_home
+            self._zygote = Zygote(child_env(home), self._zygote_home, view=view)
         return self._zygote
 
     def _close_zygote(self) -> None:
@@ -166,88 +195,144 @@ class Evaluator:
 
     # ----- build ------------------------------------------------------------------------------------------------
 
-    def build(self, ws: Workspace) -> BuildResult:
+    def build(self, ws: Workspace, handin: HandIn | None = None) -> BuildResult:
+        """Build the candidate in the build's jail; with a hand-in, put what was built into it. A single-file
+        candidate whose load_inline calls only running it would tell is imported (jailed) to find them."""
         fmt = ws.candidate_format()
+        jail = self.cell().jail
         if fmt is CandidateFormat.WORKSPACE:
-            return build_workspace(ws, self.device, self.options.build_timeout_s)
+            built = build_workspace(ws, self.device, self.options.build_timeout_s, jail)
+            if built.ok and handin is not None:
+                handin.copy(built.library, f"{EXTENSION_NAME}.so")
+            return built
         if fmt is CandidateFormat.PYTHON:
             return BuildResult(True, 0.0)
-        return self._build_inline(ws)
+        own = handin is None
+        if own:
+            handin = self.cell().handin()
+            handin.put("model_new.py", _read_candidate(ws))
+        try:
+            return self._build_inline(ws, handin)
+        finally:
+            if own:
+                handin.remove()
 
-    def _build_inline(self, ws: Workspace) -> BuildResult:
-        """A single-file candidate's load_inline calls, built here from what model_new.py says (build/inline.py);
-        calls whose arguments only running it would tell are built by torch, once, in a child with a limit."""
+    def _build_inline(self, ws: Workspace, handin: HandIn) -> BuildResult:
+        """A single-file candidate's load_inline calls, built here (build/inline.py): first those model_new.py's
+        text tells, then, while some call is left, those a jailed import of model_new.py (and ModelNew's __init__)
+        asks for, round after round. Every module goes into the hand-in under its call's key."""
         start = time.monotonic()
-        ws.inline_build_dir.mkdir(parents=True, exist_ok=True)
-        specs, left = inline.extract(ws.model_new_py.read_text(errors="replace"))
+        specs, left = inline.extract(handin.path.joinpath("model_new.py").read_text(errors="replace"))
         recompiled: list[str] = []
-        for spec in specs:
-            built = inline.build(spec, ws.prebuilt_dir, self.device, self.options.build_timeout_s)
-            recompiled += [f"{spec.name}/{name}" for name in built.recompiled]
+
+        def build(spec) -> BuildResult | None:
+            built = inline.build(spec, self.device, self.options.build_timeout_s, self.cell().jail)
+            recompiled.extend(f"{spec.name}/{name}" for name in built.recompiled)
             if not built.ok:
                 built.seconds = time.monotonic() - start
                 built.errors = f"load_inline(name={spec.name!r}): {built.errors}"
                 return built
-        if specs and not left:
-            return BuildResult(True, time.monotonic() - start, recompiled=recompiled)
+            handin.copy(built.library, str(inline.module_path(Path("prebuilt"), spec)))
+            return None
+
+        for spec in specs:
+            failed = build(spec)
+            if failed:
+                return failed
+        for _ in range(IMPORT_ROUNDS if left else 0):
+            wanted, failure = self._wanted_calls(handin)
+            if failure is not None:
+                return failure
+            if not wanted:
+                break
+            for raw in wanted:
+                spec = inline.spec_from_dict(raw)
+                if spec is None:
+                    return BuildResult(False, time.monotonic() - start, errors="a load_inline call could not be read")
+                failed = build(spec)
+                if failed:
+                    return failed
+        return BuildResult(True, time.monotonic() - start, recompiled=recompiled)
+
+    def _wanted_calls(self, handin: HandIn) -> tuple[list[dict], BuildResult | None]:
+        """Import model_new.py from the hand-in in a candidate process and make ModelNew: the load_inline calls it
+        made that are not built yet."""
+        start = time.monotonic()
         try:
             with ChildProcess(
-                extra_env=self._child_env(ws),
                 memory_limit_bytes=self.options.memory_limit_bytes,
                 zygote=self._fork_server(),
-                confine=self._confinement(ws),
+                cell=self.cell(),
+                device=self.device.kind,
             ) as child:
                 reply = child.request(
                     {
                         "op": "load",
-                        "model_new": str(ws.model_new_py),
+                        "handin": handin.inside,
                         "device": self.device.kind,
-                        "extensions_dir": str(ws.inline_build_dir),
-                        "prebuilt_dir": str(ws.prebuilt_dir),
                         "import_only": True,
+                        "init_inputs": self.task.init_inputs(),
                     },
                     timeout_s=self.options.build_timeout_s,
-                    what="building (importing model_new.py)",
+                    what="finding the load_inline calls (importing model_new.py)",
                 )
         except ChildFailure as f:
-            return BuildResult(
+            failed = BuildResult(
                 False, time.monotonic() - start, errors=f.message + _tail(f.output), timed_out=f.code == "TIMEOUT"
             )
-        if not reply.get("ok", False):
+            return [], failed
+        wanted = (reply.get("load_inline") or {}).get("wanted") or []
+        if not wanted and not reply.get("ok", False):
             err = str(reply.get("error", ""))
-            return BuildResult(False, time.monotonic() - start, errors=summarize_compiler_output(err, ws), log=err)
-        return BuildResult(True, time.monotonic() - start, recompiled=recompiled)
+            failed = BuildResult(False, time.monotonic() - start, errors=f"importing model_new.py failed: {err}")
+            return [], failed
+        return list(wanted)[:IMPORT_ROUNDS], None
 
-    def _child_env(self, ws: Workspace) -> dict[str, str]:
-        """A single-file candidate's build (torch's load_inline, in the child) keeps its products in the workspace,
-        builds for this device's architecture alone (torch's default adds PTX for later ones: a second device
-        compile of every kernel), uses every core for its translation units, and lets nvcc preprocess for the host
-        and the device side by side (build.NVCC_THREADS; nvcc reads NVCC_APPEND_FLAGS; a candidate's own --threads
-        wins, with a warning)."""
-        env = {"TORCH_EXTENSIONS_DIR": str(ws.inline_build_dir), "MAX_JOBS": str(os.cpu_count() or 1)}
-        if self.device.is_cuda and self.device.capability:
-            major, minor = self.device.capability
-            env["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
-            env["NVCC_APPEND_FLAGS"] = " ".join(NVCC_THREADS)
-        return env
-
-    def _confinement(self, ws: Workspace) -> confine.Plan:
-        """What a candidate process of this workspace may touch: read the workspace, write load_inline's build
-        directory (and its own scratch, always)."""
-        ws.inline_build_dir.mkdir(parents=True, exist_ok=True)
-        level = "off" if self._unconfined_why else self.options.confine
-        return confine.Plan(level, read=[str(ws.root)], write=[str(ws.inline_build_dir)])
+    def _child_env(self) -> dict[str, str]:
+        """Every core for the candidate's own threads' sake (OpenMP reads OMP_NUM_THREADS where set)."""
+        return {"MAX_JOBS": str(os.cpu_count() or 1)}
 
     # ----- evaluate ---------------------------------------------------------------------------------------------
 
     def evaluate(self, ws: Workspace, timing: bool | None = None) -> Verdict:
+        """The verdict on the candidate in `ws`. An evaluation that ran out of device memory while other work shared
+        the device (another candidate's allocation, beside this one's reference or inputs or candidate) is run again
+        with the device alone, and that run's verdict counts: a neighbour never decides a candidate's reward."""
+        try:
+            v = self._evaluate(ws, timing)
+            first = "; ".join(x.message for x in v.violations)
+        except TaskError as exc:
+            if not self._out_of_memory_beside_others(str(exc)):
+                raise
+            first = str(exc)
+        else:
+            if not self._out_of_memory_beside_others(first):
+                return v
+        with alone_here():
+            v = self._evaluate(ws, timing)
+        v.notes.append(
+            f"ran out of device memory while other work shared the device ({_short(first, 300)}); evaluated again "
+            "with the device alone: this verdict is that evaluation's"
+        )
+        return v
+
+    def _out_of_memory_beside_others(self, text: str) -> bool:
+        return self.device.is_cuda and not alone() and DEVICE_OOM.search(text or "") is not None
+
+    def _evaluate(self, ws: Workspace, timing: bool | None = None) -> Verdict:
         timing = self.options.timing if timing is None else timing
         t0 = time.monotonic()
         self._phase("auditing the sources")
-        v = audited(self.task, self.device, ws, self.options.audit_static)
+        source = _read_candidate(ws)
+        v = audited(self.task, self.device, ws, self.options.audit_static, source)
         if v.violations:  # milliseconds: nothing has run, not even the reference
             return self._finish(v, t0)
-        self._start_early(ws, timing)
+        try:
+            cell = self.cell()
+        except confine.Unconfined as exc:
+            v.reject("UNCONFINED", f"--confine strict: this machine cannot jail the candidate ({exc}); nothing ran")
+            return self._finish(v, t0)
+        self._start_early(timing)
         t1 = time.monotonic()
         self.validate()
         self._phase("checking the task with null candidates")
@@ -258,35 +343,36 @@ class Evaluator:
             t1 = time.monotonic()
             self._prepare_timing()
             v.seconds["baselines"] = round(time.monotonic() - t1, 3)
-        child = self._candidate_process(ws)  # creates its CUDA context and sets its profiler up during the build
+        handin = cell.handin()
+        handin.put("model_new.py", source)
+        child = self._candidate_process()  # creates its CUDA context and sets its profiler up during the build
         profiler = ref = None
         try:
             self._phase("building the extension")
-            build = self.build(ws)
+            build = self.build(ws, handin)
             v.build = build.to_dict()
             v.seconds["build"] = round(build.seconds, 3)
             if not build.ok:
                 v.reject("BUILD_TIMEOUT" if build.timed_out else "BUILD_FAILED", build.errors or "the build failed")
                 child = self._keep_as_spare(child)  # it was sent nothing: the next evaluation's process
                 return self._finish(v, t0)
-            extension = self._link_audit(ws, v)
+            handin.seal()
+            extension = self._link_audit(handin, v)
             if v.violations:
                 child = self._keep_as_spare(child)
                 return self._finish(v, t0)
             self._phase("verifying on fresh inputs")
             t1 = time.monotonic()
-            child = self._handshake(child, ws)
+            child.handshake()
             v.seconds["child_start"] = round(time.monotonic() - t1, 3)  # what the build did not hide
-            v.confinement = child.confinement
-            if self._unconfined_why:
-                v.notes.append(f"the candidate's process ran unconfined under best-effort: {self._unconfined_why}")
-            elif not v.confinement.get("confined") or v.confinement.get("notes"):
+            v.confinement = {**child.confinement, "jail": cell.jail.to_dict()}
+            if cell.jail.notes or not v.confinement.get("confined") or v.confinement.get("notes"):
                 v.notes.append(f"the candidate's process ran {confine.describe(v.confinement)}")
             runner = TrialRunner(
                 self.task, self.device, child, self.options.tolerance, self.options.call_timeout_s, v, extension
             )
             with device_share(exclusive=False):
-                ref = runner.run(ws, self.options.stock_trials, self.options.build_timeout_s + 120)
+                ref = runner.run(handin.inside, self.options.stock_trials, self.options.build_timeout_s + 120)
             v.seconds["verify"] = round(time.monotonic() - t1, 3)
             if v.correct and timing and ref is not None:
                 self._phase("timing the candidate")
@@ -301,35 +387,38 @@ class Evaluator:
         finally:
             if child is not None:
                 child.close()
+            if profiler is None:
+                handin.remove()
         if profiler is not None:
             with device_share(exclusive=True):
                 profiler.settle(v)
                 if self.options.ncu and v.correct and self.device.is_cuda:
-                    self._ncu(ws, ref, v)
+                    self._ncu(handin, ref, v)
+            handin.remove()
             if self.options.ncu and v.correct and not self.device.is_cuda:
                 v.notes.append("the Nsight Compute summary needs a CUDA device; skipped")
         tampered = ws.tampered_infrastructure(self.task.source)
         if tampered:
             ws.ensure_infrastructure(self.task.source)
-            v.reject("INFRA_TAMPERED", f"the candidate changed {', '.join(tampered)} while it ran (restored)")
-        self._start_spare(ws)
+            v.reject("INFRA_TAMPERED", f"fixed files changed while the candidate was evaluated: {', '.join(tampered)}")
+        self._start_spare()
         return self._finish(v, t0)
 
     # ----- candidate processes -----------------------------------------------------------------------------------
 
-    def _new_process(self, env: dict[str, str], plan: confine.Plan) -> ChildProcess:
+    def _new_process(self) -> ChildProcess:
         child = ChildProcess(
-            extra_env=env,
+            extra_env=self._child_env(),
             device=self.device.kind,
             memory_limit_bytes=self.options.memory_limit_bytes,
             zygote=self._fork_server(),
             warm_profiler=True,
-            confine=plan,
+            cell=self.cell(),
         )
         child.spawn()
         return child
 
-    def _start_early(self, ws: Workspace, timing: bool) -> None:
+    def _start_early(self, timing: bool) -> None:
         """When nothing needs the machine quiet (no baseline and no device peak left to measure), start what the
         verification and the timing will need before the task is checked: the fork server's `import torch`, the
         candidate's process (its CUDA context and profiler take seconds) and the cached baselines' workers. They
@@ -341,40 +430,23 @@ class Evaluator:
             self.baselines.warm_in_background()
         if self.options.fork_server and self._starting is None and not any(s.alive() for s in self._spares):
             self._fork_server()
-            env, plan = self._child_env(ws), self._confinement(ws)
-            self._starting = StartingProcess(lambda: self._new_process(env, plan))
+            self._starting = StartingProcess(self._new_process)
 
     def _adopt_starting(self) -> None:
         if self._starting is not None:
             starting, self._starting = self._starting, None
             self._spares.append(starting.get())
 
-    def _candidate_process(self, ws: Workspace) -> ChildProcess:
-        """The oldest spare that is alive and fits this workspace (the readiest), else a new process."""
+    def _candidate_process(self) -> ChildProcess:
+        """The oldest spare that is alive (the readiest), else a new process. A spare has loaded nothing: every
+        evaluation's candidate runs in a process of its own."""
         self._adopt_starting()
-        env, plan = self._child_env(ws), self._confinement(ws)
         while self._spares:
             spare = self._spares.popleft()
-            if spare.extra_env == env and spare.confine == plan and spare.alive():
+            if spare.cell is self._cell and spare.alive():
                 return spare
             spare.close()
-        return self._new_process(env, plan)
-
-    def _handshake(self, child: ChildProcess, ws: Workspace) -> ChildProcess:
-        """The candidate process's hello. Under best-effort, a process in which CUDA would not start confined is
-        replaced by an unconfined one, and so are this evaluator's later ones (each verdict says so); strict
-        rejects (UNCONFINED)."""
-        try:
-            child.handshake()
-            return child
-        except ChildFailure as failure:
-            if failure.code != "UNCONFINED" or self.options.confine != "best-effort":
-                raise
-            child.close()
-            self._unconfined_why = f"{failure.message}: {_tail(failure.output, 300).strip()}"
-        child = self._new_process(self._child_env(ws), self._confinement(ws))
-        child.handshake()
-        return child
+        return self._new_process()
 
     def _keep_as_spare(self, child: ChildProcess) -> None:
         """A process that was never sent a request (the build failed) serves the next evaluation, first in line."""
@@ -383,26 +455,26 @@ class Evaluator:
         else:
             child.close()
 
-    def _start_spare(self, ws: Workspace) -> None:
+    def _start_spare(self) -> None:
         """Once an evaluation is over (nothing is being timed), top the spares up (spare_process)."""
         if self.options.spare_process and self.options.fork_server:
             while len(self._spares) < SPARE_PROCESSES:
-                self._spares.append(self._new_process(self._child_env(ws), self._confinement(ws)))
+                self._spares.append(self._new_process())
 
     def _phase(self, what: str) -> None:
         if self.options.on_phase is not None:
             self.options.on_phase(what)
 
-    def _link_audit(self, ws: Workspace, v: Verdict) -> Extension | None:
-        """Read what the built shared objects define and link against; judge the latter (unless the static audits
-        are off). Every shared object under the candidate's build directory counts."""
+    def _link_audit(self, handin: HandIn, v: Verdict) -> Extension | None:
+        """Read what the handed-in libraries (exactly what the candidate's process will load) define and link
+        against; judge the latter (unless the static audits are off)."""
         t0 = time.monotonic()
-        libraries = [inspect_library(p) for p in sorted(ws.build_dir.rglob("*.so"))] if ws.build_dir.is_dir() else []
+        libraries = [inspect_library(p) for p in handin.libraries()]
         if self.options.audit_static and libraries:
             if self._link_baseline is None:
                 self._link_baseline = baseline_symbols(self.device)
             for lib in libraries:
-                for violation in audit_library(lib, _relative(lib.path, ws), self._link_baseline):
+                for violation in audit_library(lib, os.path.relpath(lib.path, handin.path), self._link_baseline):
                     v.reject(violation.code, violation.message)
         v.seconds["link_audit"] = round(time.monotonic() - t0, 3)
         return Extension.of(libraries) if libraries else None
@@ -421,16 +493,16 @@ class Evaluator:
                 "secret scale and offset"
             )
 
-    def _ncu(self, ws: Workspace, ref, v: Verdict) -> None:
+    def _ncu(self, handin: HandIn, ref, v: Verdict) -> None:
         """Nsight Compute reads the GPU's counters through the candidate's process, which then keeps its privileges
-        and runs unconfined: refused under --confine strict, said in the verdict otherwise."""
+        and runs outside the jail: refused under --confine strict, said in the verdict otherwise."""
         if self.options.confine == "strict":
             v.notes.append("the Nsight Compute summary needs an unconfined process; skipped under --confine strict")
             return
         if self.options.confine != "off":
-            v.notes.append("the Nsight Compute run replayed the candidate in an unconfined process")
+            v.notes.append("the Nsight Compute run replayed the candidate in a process outside the jail")
         inputs = self.task.make_inputs(secrets.randbits(62), self.device.kind)
-        rows, why = ncu_summary(load_message(self.task, ws, self.device, ref), inputs, self._child_env(ws))
+        rows, why = ncu_summary(load_message(self.task, str(handin.path), self.device, ref), inputs, self._child_env())
         if v.timing is not None:
             v.timing["ncu"] = rows
         if why:
@@ -472,32 +544,44 @@ class Evaluator:
         return v
 
 
-def audited(task: Task, device: DeviceInfo, ws: Workspace, audit_static: bool = True) -> Verdict:
+def audited(
+    task: Task, device: DeviceInfo, ws: Workspace, audit_static: bool = True, source: str | None = None
+) -> Verdict:
     """A verdict's start, in this process and before any other starts: fixed files restored, model_new.py present,
-    and the static audit of model_new.py and the kernel sources (off only in tests that show a runtime defense holds
-    on its own). A candidate this rejects is judged in milliseconds."""
+    and the static audit of model_new.py (`source`: its text as the evaluation took it) and the kernel sources (off
+    only in tests that show a runtime defense holds on its own). A candidate this rejects is judged in
+    milliseconds."""
     t0 = time.monotonic()
     v = Verdict(task={"name": task.name, "sha256": task.sha256}, device=device.to_dict())
     restored = ws.ensure_infrastructure(task.source)
     if restored:
         v.notes.append(f"restored fixed files that had been changed or deleted: {', '.join(restored)}")
     v.candidate_format = ws.candidate_format().value
-    if not ws.model_new_py.is_file():
-        v.reject("NO_MODELNEW", "the workspace has no model_new.py; write ModelNew there")
+    source = _read_candidate(ws) if source is None else source
+    if source is None:
+        v.reject("NO_MODELNEW", "the workspace has no model_new.py (a file, not a link); write ModelNew there")
         return v
     if audit_static:
-        source = ws.model_new_py.read_text(errors="replace")
         for violation in audit_model_new(source) + scan_files(ws.kernel_sources(), ws.root):
             v.reject(violation.code, violation.message)
     v.seconds["audit"] = round(time.monotonic() - t0, 3)
     return v
 
 
-def _relative(path: str, ws: Workspace) -> str:
+def _read_candidate(ws: Workspace) -> str | None:
+    """model_new.py's text, read once: the text audited is the text handed to the candidate's process. A link is
+    not followed (it could name any file this user may read)."""
     try:
-        return os.path.relpath(path, ws.root)
-    except ValueError:
-        return path
+        fd = os.open(ws.model_new_py, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read().decode("utf-8", errors="replace")
+
+
+def _short(text: str, limit: int) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[:limit] + " ..."
 
 
 def _tail(output: str, limit: int = 1500) -> str:

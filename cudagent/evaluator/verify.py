@@ -30,7 +30,6 @@ from cudagent.evaluator.trials import sparse_mutation, stress_inputs
 from cudagent.evaluator.verdict import Trial, Verdict
 from cudagent.task import Task, randomized_state
 from cudagent.trees import all_finite, clone, has_dtype, nbytes, nbytes_list, tensors
-from cudagent.workspace import CandidateFormat, Workspace
 
 REDUCED_PRECISION_REL_L2 = 1e-4  # fp32 arithmetic lands far below; tf32/bf16/fp16 above
 LOAD_STAGES = {
@@ -61,7 +60,7 @@ class TrialRunner:
         self.worst_rel_l2, self.fp32_outputs = 0.0, False
         self.out_bytes: list[int] = []
 
-    def run(self, ws: Workspace, stock_trials: int, load_timeout_s: float):
+    def run(self, handin: str, stock_trials: int, load_timeout_s: float):
         """Load the candidate and run every trial; return the reference model matching the child's weights, or
         None when the candidate could not be loaded or a fatal error stopped the trials."""
         dev = self.device.kind
@@ -73,7 +72,7 @@ class TrialRunner:
         # Inputs go to the child and outputs come back through shared memory (one message at a time holds it).
         self.child.use_arena(max(nbytes(probe_inputs), sum(self.out_bytes)), dev)
         del probe, probe_inputs
-        if not self._load(ws, ref, load_timeout_s):
+        if not self._load(handin, ref, load_timeout_s):
             return None
         self.v.correct = True
         try:
@@ -108,8 +107,8 @@ class TrialRunner:
             )
         return ref
 
-    def _load(self, ws: Workspace, ref, timeout_s: float) -> bool:
-        msg = load_message(self.task, ws, self.device, ref)
+    def _load(self, handin: str, ref, timeout_s: float) -> bool:
+        msg = load_message(self.task, handin, self.device, ref)
         start = time.monotonic()
         reply = self.child.request(msg, timeout_s=timeout_s, what="loading ModelNew")
         self.v.seconds["load"] = round(time.monotonic() - start, 3)
@@ -119,14 +118,6 @@ class TrialRunner:
                 code = "NO_MODELNEW"
             self.v.reject(code, f"{text}: {_short(reply.get('error'))}")
             return False
-        compiled = (reply.get("load_inline") or {}).get("compiled") or []
-        if compiled:
-            self.v.notes.append(
-                f"load_inline({', '.join(map(str, compiled))}) was built by torch in the candidate's process: its "
-                "arguments are computed when model_new.py runs, or pass a compiler flag the trusted build does not "
-                "run, so the trusted build (compiler cache, precompiled headers) left it; literal sources and the "
-                "usual flags build faster"
-            )
         for f in judge_tampering(reply, "load"):
             self.v.reject(f.code, f.message)
         return not self.v.violations
@@ -207,22 +198,17 @@ def _finite_then_scrubbed(expected) -> bool:
     return finite
 
 
-def load_message(task: Task, ws: Workspace, device: DeviceInfo, ref) -> dict:
-    """The request that makes a child import model_new.py and build ModelNew with the reference's weights."""
-    msg = {
+def load_message(task: Task, handin: str, device: DeviceInfo, ref) -> dict:
+    """The request that makes a child import model_new.py from the hand-in `handin` (as the child sees it) and build
+    ModelNew with the reference's weights."""
+    return {
         "op": "load",
-        "model_new": str(ws.model_new_py),
+        "handin": handin,
         "device": device.kind,
         "init_inputs": task.init_inputs(),
         "state_dict": cpu_state(ref),
         "seed": secrets.randbits(31),
     }
-    if ws.candidate_format() is CandidateFormat.WORKSPACE:
-        msg["build_dir"] = str(ws.build_dir)
-    else:
-        msg["extensions_dir"] = str(ws.inline_build_dir)
-        msg["prebuilt_dir"] = str(ws.prebuilt_dir)
-    return msg
 
 
 def cpu_state(model) -> dict:

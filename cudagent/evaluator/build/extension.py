@@ -22,8 +22,10 @@ from pathlib import Path
 
 from cudagent.device.info import DeviceInfo
 from cudagent.errors import EnvironmentProblem
+from cudagent.evaluator.jail.compiler import build_env, jailed_build
+from cudagent.evaluator.jail.level import Jail
 from cudagent.procs import Limits, physical_memory_bytes, run_bounded
-from cudagent.resources import PACKAGE_DIR
+from cudagent.resources import PACKAGE_DIR, cache_dir
 from cudagent.workspace import EXTENSION_NAME, Workspace
 
 DEFAULT_BUILD_TIMEOUT_S = 600.0
@@ -41,6 +43,7 @@ MAX_ERROR_LINES = 60
 # includes torch); cudafe++ and cicc stay one after the other (cicc reads the module id cudafe++ writes), and with
 # one architecture more threads would have nothing to do (benchmarks/nvcc_threads.py).
 NVCC_THREADS = ("--threads", "2")
+WS_LINK = "ws"  # the workspace, seen from its build folder (a link there)
 
 
 @dataclass
@@ -127,17 +130,22 @@ class Unit:
     rule: str  # "cxx" or "nvcc"
 
 
-def build_workspace(ws: Workspace, device: DeviceInfo, timeout_s: float = DEFAULT_BUILD_TIMEOUT_S) -> BuildResult:
-    """Build `build/cuda_extension.so` from binding.cpp and kernels/ (CPU mode: the .cpp sources only)."""
+def build_workspace(
+    ws: Workspace, device: DeviceInfo, timeout_s: float = DEFAULT_BUILD_TIMEOUT_S, jail: Jail | None = None
+) -> BuildResult:
+    """Build `cuda_extension.so` in the workspace's build folder (outside the workspace: ws.build_dir) from
+    binding.cpp and kernels/ (CPU mode: the .cpp sources only), in `jail` (the machine's; None: unjailed)."""
     start = time.monotonic()
     restored = ws.ensure_infrastructure()
     tc = toolchain_for(device)
     ws.build_dir.mkdir(parents=True, exist_ok=True)
+    _link_workspace(ws)
     sources = ws.compiled_sources(cuda=tc.cuda)
     units = [Unit(src, "nvcc" if src.suffix == ".cu" else "cxx") for src in sources]
     extra_inc, extra_ld = _cudnn_flags() if (tc.cuda and "cudnn" in _libraries_used(sources)) else ([], [])
-    # `..` is the workspace root seen from build/: kernels may include "binding_registry.h" or "../binding_registry.h".
-    cflags, nvcc_flags, ldflags = torch_flags(tc, EXTENSION_NAME, tc.cuda, ["-I..", *extra_inc])
+    # `ws` is the workspace seen from the build folder: kernels may include "binding_registry.h" or
+    # "../binding_registry.h", and every workspace's command lines are the same (the compiler cache serves them all)
+    cflags, nvcc_flags, ldflags = torch_flags(tc, EXTENSION_NAME, tc.cuda, [f"-I{WS_LINK}", *extra_inc])
     cflags += ["-O3", "-fopenmp"]
     nvcc_flags += ["-O3", "--use_fast_math", "-lineinfo", "-std=c++20", *NVCC_THREADS]
     ldflags = ["-shared", "-fopenmp", *ldflags, *extra_ld, *(f"-Wl,-rpath,{shlex.quote(d)}" for d in tc.library_dirs)]
@@ -150,10 +158,12 @@ def build_workspace(ws: Workspace, device: DeviceInfo, timeout_s: float = DEFAUL
         timeout_s,
         start,
         summarize=lambda output: summarize_compiler_output(output, ws),
-        object_name=lambda src: os.path.relpath(src, ws.root),
+        source_name=lambda src: os.path.join(WS_LINK, os.path.relpath(src, ws.root)),
+        jail=jail,
+        read=[str(ws.root)],
     )
     result.restored = restored
-    result.recompiled = [_relative(s, ws) for s in result.recompiled]
+    result.recompiled = [s.removeprefix(WS_LINK + os.sep) for s in result.recompiled]
     if not result.ok and not tc.cuda and re.search(r"cuda_runtime\.h|c10/cuda/|ATen/cuda/|cublas|cudnn\.h", result.log):
         result.errors = (
             "these kernels include CUDA headers, but this is a CPU build (--device cpu, or no GPU here): "
@@ -192,20 +202,36 @@ def run_ninja(
     timeout_s: float,
     start: float,
     summarize=None,
-    object_name=None,
+    source_name=None,
+    jail: Jail | None = None,
+    read: list[str] | None = None,
 ) -> BuildResult:
     """Write `folder/build.ninja` (C++ units through the machine's object cache) for `target` from `units` with
-    `flags` (C++, nvcc, linker), and build it; `start` is when the build began (by time.monotonic)."""
-    object_name = object_name or (lambda src: os.path.relpath(src, folder))
-    _write_if_changed(folder / "build.ninja", _ninja_text(tc, folder, units, flags, target, object_name))
+    `flags` (C++, nvcc, linker), and build it in `jail` (jail/compiler.py: the compilers read the toolchain and
+    `read`, and write `folder` and the compiler cache); `start` is when the build began (by time.monotonic).
+    source_name: how build.ninja names a unit's source (relative to `folder`)."""
+    source_name = source_name or (lambda src: os.path.relpath(src, folder))
+    object_name = lambda src: source_name(src).removeprefix(WS_LINK + os.sep)  # noqa: E731
+    _write_if_changed(folder / "build.ninja", _ninja_text(tc, units, flags, target, source_name, object_name))
     ninja = _ninja_binary()
-    # The compile rule runs `python -m cudagent.evaluator.build.objcache`: this cudagent, wherever it was imported from
-    path = os.pathsep.join(p for p in (str(PACKAGE_DIR.parent), os.environ.get("PYTHONPATH")) if p)
-    env = dict(os.environ, NINJA_STATUS="[%f/%t] ", PYTHONPATH=path)
+    scratch = folder / ".tmp"
+    scratch.mkdir(exist_ok=True)
+    caches = [cache_dir() / "objects", cache_dir() / "pch"]
+    for c in caches:
+        c.mkdir(parents=True, exist_ok=True)
+    # The compile rule runs `python -m cudagent.evaluator.build.objcache`: this cudagent, wherever it was imported
+    # from, with the cache this process uses
+    env = build_env(
+        {"NINJA_STATUS": "[%f/%t] ", "PYTHONPATH": str(PACKAGE_DIR.parent), "CUDAGENT_CACHE_DIR": str(cache_dir())},
+        str(scratch),
+    )
     jobs = str(max(1, min(len(units), os.cpu_count() or 1)))
+    writable = [str(folder), *(str(c) for c in caches)]
+    command = jailed_build([ninja, "-C", str(folder), "-j", jobs], jail, list(read or []), writable, str(folder))
     proc = run_bounded(
-        [ninja, "-C", str(folder), "-j", jobs],
+        command,
         env=env,
+        cwd=str(folder),
         timeout_s=timeout_s,
         limits=Limits(memory_bytes=physical_memory_bytes() // 2),
     )
@@ -236,7 +262,7 @@ def _ninja_binary() -> str:
         raise EnvironmentProblem("ninja was not found; install it with `pip install ninja`") from exc
 
 
-def _ninja_text(tc: Toolchain, folder: Path, units: list[Unit], flags: tuple, target: str, object_name) -> str:
+def _ninja_text(tc: Toolchain, units: list[Unit], flags: tuple, target: str, source_name, object_name) -> str:
     cflags, nvcc_flags, ldflags = flags
     lines = [
         "ninja_required_version = 1.3",
@@ -269,7 +295,7 @@ def _ninja_text(tc: Toolchain, folder: Path, units: list[Unit], flags: tuple, ta
     ]
     objects = []
     for unit in units:
-        rel = os.path.relpath(unit.source, folder)
+        rel = source_name(unit.source)
         obj = "obj/" + object_name(unit.source).replace(os.sep, "__") + ".o"
         lines.append(f"build {obj}: {unit.rule} {_ninja_escape(rel)}")
         objects.append(obj)
@@ -326,14 +352,6 @@ def _write_if_changed(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def _relative(path: str, ws: Workspace) -> str:
-    full = os.path.normpath(os.path.join(ws.build_dir, path))
-    try:
-        return os.path.relpath(full, ws.root)
-    except ValueError:
-        return path
-
-
 # ----- compiler output for the agent ----------------------------------------------------------------------------
 
 _GCC_DIAG = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:\d+:)? (?P<kind>fatal error|error|warning|note): ")
@@ -347,7 +365,20 @@ def summarize_compiler_output(output: str, ws: Workspace) -> str:
     Each error keeps the few lines under it (gcc's source excerpt and caret); warnings and notes are dropped
     unless nothing else explains the failure; ninja's echo of compiler command lines is dropped.
     """
-    return summarize_output(output, [str(ws.root) + os.sep, str(ws.build_dir) + os.sep + ".." + os.sep, ".." + os.sep])
+    return summarize_output(output, [str(ws.root) + os.sep, WS_LINK + os.sep])
+
+
+def _link_workspace(ws: Workspace) -> None:
+    """The build folder's `ws`: a link to the workspace, made by this process in a folder only it writes."""
+    link = ws.build_dir / WS_LINK
+    if os.path.islink(link) and os.readlink(link) == str(ws.root):
+        return
+    if os.path.lexists(link):
+        if link.is_dir() and not link.is_symlink():
+            shutil.rmtree(link)
+        else:
+            link.unlink()
+    os.symlink(ws.root, link)
 
 
 def summarize_output(output: str, root_prefixes: list[str]) -> str:

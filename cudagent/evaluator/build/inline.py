@@ -1,22 +1,26 @@
-"""KernelBench's single-file candidates (`load_inline`) built by the trusted build, not inside the candidate's process.
+"""KernelBench's single-file candidates (`load_inline`) built by the trusted build, never in the candidate's process.
 
-A KernelBench candidate calls torch.utils.cpp_extension.load_inline while model_new.py is imported; torch then writes
-`main.cpp` (and `cuda.cu`) and compiles them with a ninja file of its own: no compiler cache, no precompiled header,
-inside the process that runs the candidate, over a minute a candidate on the H100 host. Here:
+A KernelBench candidate calls torch.utils.cpp_extension.load_inline while model_new.py is imported (or while ModelNew
+is made); torch would then write `main.cpp` (and `cuda.cu`) and compile them inside the process that runs the
+candidate. Here every such call is compiled by the trusted build, in the build's jail, before any candidate code
+runs, and the candidate's process only ever imports modules it was handed:
 
 - `extract` reads the calls from model_new.py without running it: arguments that are literals, or module-level names
   bound once to literals (strings joined, concatenated or formatted from such names included). A call it cannot read
-  (arguments computed at run time) is counted, and torch builds that one as before;
+  (arguments computed at run time) is counted: the evaluator then imports model_new.py in a jailed process whose
+  `load_inline` only records what it is asked for (`install(record=True)`), builds that, and imports again;
 - `build` compiles the very files torch would write, with the flags torch would use, through the workspace builds'
   ninja rules (extension.py): the machine's object cache and precompiled torch headers (objcache.py, pch.py), into
-  `<prebuilt>/<key>/<name>.so`, which the link audit reads like any other library the candidate brings;
+  a folder of the machine's cache kept per call (`folder_for`: the same call is built once per machine);
 - `install` (child.py, before model_new.py is imported) puts a `load_inline` in torch's place that imports the
-  prebuilt module when the call's own arguments hash to a key that was built, and calls torch's otherwise. The key
-  is computed from what the call really passed, so a module is only ever used for the sources it was built from.
+  handed-in module whose key the call's own arguments hash to, and refuses any other call: a module is only ever
+  used for the sources it was built from, and nothing is compiled after the link audit read what was built.
+  torch's `load` (sources from files) is refused the same way.
 
-Only flags known to be harmless are compiled here (optimization, warnings, macros, architectures, the usual math
-and ptxas switches, the CUDA libraries): a candidate's `-fplugin=`, `-B`, `-ccbin`, `@file` and the like would run
-code in this trusted step, so a call with any other flag is left to torch, in the candidate's process.
+Only flags known to be harmless are compiled (optimization, warnings, macros, architectures, the usual math and
+ptxas switches, the CUDA libraries): a candidate's `-fplugin=`, `-B`, `-ccbin`, `@file` and the like would run code
+in the build, so a call with any other flag is refused. Extra include folders must lie in the toolchain, Python's
+packages or CUDA (the build's view holds nothing else).
 """
 
 from __future__ import annotations
@@ -284,12 +288,43 @@ def _value(node: ast.expr, bindings: dict[str, ast.expr], depth: int = 0):
 # ----- building --------------------------------------------------------------------------------------------------
 
 
+class NotBuilt(RuntimeError):
+    """load_inline was called, while the evaluator was finding out which calls a candidate makes, with arguments
+    that have not been built yet."""
+
+
 def module_path(prebuilt: Path, spec: InlineSpec) -> Path:
+    """Where a hand-in holds the module of `spec`."""
     return Path(prebuilt) / spec.key() / f"{spec.name}.so"
 
 
-def build(spec: InlineSpec, prebuilt: Path, device: DeviceInfo, timeout_s: float):
-    """Compile the spec's main.cpp and cuda.cu into `module_path(prebuilt, spec)` (a BuildResult)."""
+def folder_for(spec: InlineSpec, device: DeviceInfo) -> Path:
+    """The machine's build folder of one call: its key and the device's architecture name it."""
+    from cudagent.resources import cache_dir
+
+    return cache_dir() / "inline" / (device.arch if device.is_cuda and device.arch else "cpu") / spec.key()
+
+
+def include_problem(spec: InlineSpec) -> str | None:
+    """Why the call's extra include folders may not be read by the build, or None."""
+    from cudagent.evaluator.jail.bwrap import system_paths
+
+    allowed = [p for p in system_paths() if p not in ("/sys", "/run/nvidia-persistenced")]
+    for folder in spec.extra_include_paths:
+        real = os.path.realpath(folder)
+        if not any(real == a or real.startswith(a.rstrip("/") + "/") for a in allowed):
+            return (
+                f"load_inline({spec.name!r}): extra_include_paths may only name folders of the toolchain, Python's "
+                f"packages or CUDA; {folder} is none of them (put headers in the sources themselves)"
+            )
+    return None
+
+
+def build(spec: InlineSpec, device: DeviceInfo, timeout_s: float, jail=None):
+    """Compile the spec's main.cpp and cuda.cu into `folder_for(spec, device)/<name>.so` (a BuildResult), in the
+    build's jail; one build of a call at a time on a machine, and a call already built costs a ninja no-op."""
+    import fcntl
+
     from cudagent.evaluator.build.extension import (
         BuildResult,
         Unit,
@@ -300,36 +335,53 @@ def build(spec: InlineSpec, prebuilt: Path, device: DeviceInfo, timeout_s: float
     )
 
     start = time.monotonic()
+    if not spec.safe():
+        flags = [f for f in spec.extra_cflags + spec.extra_cuda_cflags + spec.extra_ldflags if not _SAFE_FLAG.match(f)]
+        return BuildResult(
+            False,
+            0.0,
+            errors=f"load_inline({spec.name!r}): the flags {flags} are not among those the evaluator compiles "
+            "(optimization, warnings, macros, architectures, math and ptxas switches, the CUDA libraries)",
+        )
+    problem = include_problem(spec)
+    if problem:
+        return BuildResult(False, 0.0, errors=problem)
     tc = toolchain_for(device)
-    folder = Path(prebuilt) / spec.key()
-    folder.mkdir(parents=True, exist_ok=True)
-    units = [Unit(_write(folder / "main.cpp", spec.main_cpp()), "cxx")]
-    cuda = spec.cuda_cu()
     if spec.with_cuda and not tc.cuda:
         return BuildResult(
-            False, time.monotonic() - start, errors=f"load_inline({spec.name!r}) builds CUDA sources: this needs a GPU"
+            False,
+            0.0,
+            errors=f"load_inline({spec.name!r}) builds CUDA sources: this needs a GPU (this check runs on the CPU)",
         )
-    if cuda is not None:
-        units.append(Unit(_write(folder / "cuda.cu", cuda), "nvcc"))
-    includes = [f"-I{shlex.quote(p)}" for p in spec.extra_include_paths]
-    cflags, nvcc_flags, ldflags = torch_flags(tc, spec.name, with_cuda=spec.with_cuda, local_includes=includes)
-    cflags += list(spec.extra_cflags)
-    if any("arch" in f for f in spec.extra_cuda_cflags):  # torch adds its own architectures only without the user's
-        nvcc_flags = [f for f in nvcc_flags if not f.startswith("-gencode=")]
-    nvcc_flags += list(spec.extra_cuda_cflags)
-    if not any(f.startswith("-std=") for f in spec.extra_cuda_cflags):
-        nvcc_flags.append("-std=c++20")
-    ldflags = ["-shared", *spec.extra_ldflags, *ldflags]
-    return run_ninja(
-        tc,
-        folder,
-        units,
-        (cflags, nvcc_flags, ldflags),
-        f"{spec.name}.so",
-        timeout_s,
-        start,
-        summarize=lambda output: summarize_output(output, [str(folder) + os.sep]),
-    )
+    folder = folder_for(spec, device)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        units = [Unit(_write(folder / "main.cpp", spec.main_cpp()), "cxx")]
+        cuda = spec.cuda_cu()
+        if cuda is not None:
+            units.append(Unit(_write(folder / "cuda.cu", cuda), "nvcc"))
+        includes = [f"-I{shlex.quote(p)}" for p in spec.extra_include_paths]
+        cflags, nvcc_flags, ldflags = torch_flags(tc, spec.name, with_cuda=spec.with_cuda, local_includes=includes)
+        cflags += list(spec.extra_cflags)
+        if any("arch" in f for f in spec.extra_cuda_cflags):  # torch adds its own architectures only without ours
+            nvcc_flags = [f for f in nvcc_flags if not f.startswith("-gencode=")]
+        nvcc_flags += list(spec.extra_cuda_cflags)
+        if not any(f.startswith("-std=") for f in spec.extra_cuda_cflags):
+            nvcc_flags.append("-std=c++20")
+        ldflags = ["-shared", *spec.extra_ldflags, *ldflags]
+        return run_ninja(
+            tc,
+            folder,
+            units,
+            (cflags, nvcc_flags, ldflags),
+            f"{spec.name}.so",
+            timeout_s,
+            start,
+            summarize=lambda output: summarize_output(output, [str(folder) + os.sep]),
+            jail=jail,
+            read=list(spec.extra_include_paths),
+        )
 
 
 def _write(path: Path, text: str) -> Path:
@@ -341,28 +393,68 @@ def _write(path: Path, text: str) -> Path:
 # ----- the candidate's process -----------------------------------------------------------------------------------
 
 
-def install(prebuilt: str) -> dict:
-    """Put a load_inline in torch's place that imports the prebuilt module of a call whose arguments were built, and
-    builds the others with torch's own. Returns the record of which calls were served how (names, by key)."""
+def install(prebuilt: str, record: bool = False) -> dict:
+    """Put a load_inline in torch's place that imports the handed-in module of a call whose arguments were built, and
+    refuses any other (with record=True, it notes the call's arguments and raises NotBuilt: the evaluator builds
+    them and asks again). torch's `load` is refused. Returns the record: the names served, the specs asked for."""
     import importlib.util
 
     import torch.utils.cpp_extension as cpp_extension
 
     original = cpp_extension.load_inline
-    served: dict = {"prebuilt": [], "compiled": []}
+    served: dict = {"prebuilt": [], "wanted": []}
 
     def load_inline(*args, **kwargs):
         spec = InlineSpec.of_call(args, kwargs)
-        path = module_path(Path(prebuilt), spec) if spec is not None else None
-        if path is None or not path.is_file():
-            served["compiled"].append(str(spec.name if spec else kwargs.get("name", args[0] if args else "?")))
-            return original(*args, **kwargs)
+        if spec is None:
+            raise RuntimeError(
+                "cudagent: this load_inline call cannot be built by the evaluator (not a Python module, SYCL "
+                "sources, or arguments of unexpected types)"
+            )
+        path = module_path(Path(prebuilt), spec)
+        if not path.is_file():
+            if record:
+                served["wanted"].append(asdict(spec))
+                raise NotBuilt(f"load_inline(name={spec.name!r}) is built by the evaluator first")
+            raise RuntimeError(
+                f"cudagent: load_inline(name={spec.name!r}) was called with arguments that were not built before "
+                "the candidate ran; every extension is built and audited before any candidate code runs, so make "
+                "each call at import or in ModelNew.__init__, with the same arguments every time"
+            )
         module_spec = importlib.util.spec_from_file_location(spec.name, path)
         module = importlib.util.module_from_spec(module_spec)
         module_spec.loader.exec_module(module)
         served["prebuilt"].append(spec.name)
         return module
 
+    def load(*args, **kwargs):
+        raise RuntimeError(
+            "cudagent: torch.utils.cpp_extension.load (sources from files) is not supported: give the sources to "
+            "load_inline, or write a workspace (kernels/ and cuda_extension)"
+        )
+
     load_inline.__wrapped__ = original
     cpp_extension.load_inline = load_inline
+    cpp_extension.load = load
     return served
+
+
+def spec_from_dict(d: dict) -> InlineSpec | None:
+    """An InlineSpec from what a candidate's process recorded (untrusted): every field checked; None if any is off."""
+    try:
+        spec = InlineSpec(
+            name=_text(d["name"]),
+            cpp_sources=tuple(_text(s) for s in d["cpp_sources"]),
+            cuda_sources=tuple(_text(s) for s in d["cuda_sources"]),
+            functions=None if d["functions"] is None else tuple((_text(a), _text(b)) for a, b in d["functions"]),
+            extra_cflags=tuple(_text(s) for s in d["extra_cflags"]),
+            extra_cuda_cflags=tuple(_text(s) for s in d["extra_cuda_cflags"]),
+            extra_ldflags=tuple(_text(s) for s in d["extra_ldflags"]),
+            extra_include_paths=tuple(_text(s) for s in d["extra_include_paths"]),
+            with_cuda=d["with_cuda"] is True,
+            with_pytorch_error_handling=d["with_pytorch_error_handling"] is not False,
+            no_implicit_headers=d["no_implicit_headers"] is True,
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+    return spec if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", spec.name) else None

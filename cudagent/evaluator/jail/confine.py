@@ -131,6 +131,13 @@ _ARCH = {  # machine -> (AUDIT_ARCH, seccomp, socket, connect, bind, ptrace, pro
     "x86_64": (0xC000003E, 317, 41, 42, 49, 101, 310, 311),
     "aarch64": (0xC00000B7, 277, 198, 203, 200, 117, 270, 271),
 }
+# The system calls that send a signal, by machine: (kill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo) may only aim
+# at the process itself (their first argument, the target's process id, is its own); tkill names a thread of any
+# process and pidfd_send_signal a process by descriptor: both refused.
+_SIGNALS = {
+    "x86_64": ((62, 234, 129, 297), (200, 424)),
+    "aarch64": ((129, 131, 138, 240), (130, 424)),
+}
 _IO_URING = (425, 426, 427)  # setup, enter, register: the same number on every architecture
 _X32_BIT = 0x40000000
 _RET_ALLOW, _RET_KILL_PROCESS = 0x7FFF0000, 0x80000000
@@ -147,6 +154,7 @@ REFUSED = {
     "ptrace": errno.EPERM,
     "process_vm": errno.EPERM,
     "io_uring": errno.ENOSYS,  # its requests would bypass this filter
+    "signal_other": errno.EPERM,  # see _SIGNALS
 }
 
 
@@ -334,6 +342,8 @@ def _rules(plan: Plan) -> list[tuple[str, int]]:
     read += plan.read
     rules = [(p, READ) for p in read]
     rules.append(("/dev", FS_READ_DIR))  # the names of the devices, not their contents
+    # the package's parent is on PYTHONPATH: a Python started confined (a build's) lists it to find the package
+    rules.append((str(PACKAGE_DIR.parent), FS_READ_DIR))
     devices = list(DEVICES) + [p for pattern in GPU_DEVICES for p in sorted(glob.glob(pattern))]
     rules += [(p, DEVICE) for p in devices if _is_device(p)]
     rules += [(d, READ) for d in ("/dev/nvidia-caps", "/dev/dri") if os.path.isdir(d)]
@@ -383,7 +393,7 @@ def _seccomp(libc, notes: list[str]) -> str | None:
     if arch is None:
         notes.append(f"no seccomp filter for the {platform.machine()} architecture: the network is not confined")
         return None
-    program = _filter(*arch)
+    program = _filter(*arch, signals=_SIGNALS[platform.machine()], own_pid=os.getpid())
     filters = (_SockFilter * len(program))(*[_SockFilter(*ins) for ins in program])
     prog = _SockFprog(len(program), filters)
     failed = _syscall(
@@ -400,7 +410,9 @@ def _seccomp(libc, notes: list[str]) -> str | None:
     return "none (sockets: Unix stream to the evaluator only)"
 
 
-def _filter(audit_arch, _seccomp_nr, socket_nr, connect_nr, bind_nr, ptrace_nr, vm_read_nr, vm_write_nr) -> list[tuple]:
+def _filter(
+    audit_arch, _seccomp_nr, socket_nr, connect_nr, bind_nr, ptrace_nr, vm_read_nr, vm_write_nr, *, signals, own_pid
+) -> list[tuple]:
     """The BPF program: (code, jt, jf, k) tuples, jumps resolved from labels."""
     LD_ABS, JEQ, JGE, AND, RET = 0x20, 0x15, 0x35, 0x54, 0x06
     numbers = {
@@ -409,6 +421,7 @@ def _filter(audit_arch, _seccomp_nr, socket_nr, connect_nr, bind_nr, ptrace_nr, 
         "ptrace": [ptrace_nr],
         "process_vm": [vm_read_nr, vm_write_nr],
         "io_uring": list(_IO_URING),
+        "signal_other": list(signals[1]),
     }
     deny = {nr: REFUSED[name] for name in REFUSED for nr in numbers[name]}
     ops: list = [
@@ -419,9 +432,17 @@ def _filter(audit_arch, _seccomp_nr, socket_nr, connect_nr, bind_nr, ptrace_nr, 
     if audit_arch == _ARCH["x86_64"][0]:
         ops.append((JGE, "kill", 0, _X32_BIT))
     ops.append((JEQ, "socket", 0, socket_nr))
+    for nr in signals[0]:
+        ops.append((JEQ, "signal", 0, nr))
     for nr, code in deny.items():
         ops.append((JEQ, f"errno{code}", 0, nr))
     ops.append((RET, 0, 0, _RET_ALLOW))
+    ops += [
+        "signal",
+        (LD_ABS, 0, 0, 16),  # args[0], low half: the target's process id (the kernel reads an int)
+        (JEQ, 0, f"errno{errno.EPERM}", own_pid),
+        (RET, 0, 0, _RET_ALLOW),
+    ]
     ops += [
         "socket",
         (LD_ABS, 0, 0, 16),  # args[0], low half: the family

@@ -1,9 +1,12 @@
-"""The entry point of a candidate's process: confine it (confine.py), then become the child harness (child.py).
+"""The entry point of a jailed process: keep its tree (keeper.py), confine it (confine.py), then become what it runs.
 
-    python -s -m cudagent.evaluator.jail.entry [--confine PLAN_JSON] child.py's arguments...
+    python -s -m cudagent.evaluator.jail.entry [--tree TREE] [--confine PLAN_JSON] child.py's arguments...
+    python -s -m cudagent.evaluator.jail.entry [--confine PLAN_JSON] --exec PROGRAM ARGS...     (a build's ninja)
 
 Runs in a fresh interpreter before torch is imported (the package's __init__ imports nothing heavy), or in a child
-the zygote just forked (single-threaded). Either way nothing but this thread exists when Landlock binds it.
+the fork server just forked (single-threaded). Either way nothing but this thread exists when the keeper forks and
+Landlock binds the process. Privileges go first (no_new_privs, which Landlock and seccomp require, and every
+capability), so nothing the process runs can take them back.
 """
 
 from __future__ import annotations
@@ -12,25 +15,40 @@ import os
 import sys
 
 import cudagent.evaluator.jail.confine as confine
+import cudagent.evaluator.jail.keeper as keeper
 import cudagent.evaluator.jail.privileges as isolation
 
 
+def _take(argv: list[str], flag: str) -> str | None:
+    if flag not in argv:
+        return None
+    i = argv.index(flag)
+    value = argv[i + 1]
+    del argv[i : i + 2]
+    return value
+
+
 def run_child(argv: list[str]) -> None:
-    """Confine as `--confine PLAN_JSON` in argv says (after giving up privileges: no_new_privs, which both of
-    confine's mechanisms require), then run the child harness; that ends the process."""
+    """Keep the tree as `--tree` says, confine as `--confine PLAN_JSON` says, then run the child harness (or, after
+    `--exec`, the program named there); that ends the process."""
     argv = list(argv)
-    plan = None
-    if "--confine" in argv:
-        i = argv.index("--confine")
-        plan = confine.Plan.from_json(argv[i + 1])
-        del argv[i : i + 2]
-    if plan is not None:
+    tree = _take(argv, "--tree")
+    plan_json = _take(argv, "--confine")
+    if tree is not None:
+        try:
+            keeper.keep(tree)  # from here on this is the candidate's process; its keeper waits above it
+        except keeper.JailFailed as exc:
+            print(f"cudagent: the jail could not be entered: {exc}", flush=True)
+            os._exit(keeper.EXIT_NO_JAIL)
+    if plan_json is not None:
         isolation.drop_privileges()
         try:
-            confine.enter(plan)
+            confine.enter(confine.Plan.from_json(plan_json))
         except confine.Unconfined as exc:
             print(f"cudagent: strict confinement is not available here: {exc}", flush=True)
             os._exit(confine.EXIT_UNCONFINED)
+    if argv and argv[0] == "--exec":
+        os.execvp(argv[1], argv[1:])
     import cudagent.evaluator.child as child  # torch, and everything else, only now
 
     child.main(argv)

@@ -19,7 +19,9 @@ import tempfile
 import threading
 import time
 
-from cudagent.evaluator.jail.confine import EXIT_CUDA_CONFINED, EXIT_UNCONFINED, Plan
+from cudagent.evaluator.jail.cell import Cell
+from cudagent.evaluator.jail.confine import EXIT_CUDA_CONFINED, EXIT_UNCONFINED
+from cudagent.evaluator.jail.keeper import EXIT_NO_JAIL
 from cudagent.evaluator.jail.zygote import Zygote, ZygoteGone
 from cudagent.evaluator.wire import DEFAULT_MAX_FRAME, Arena, Channel, ChannelClosed, ChannelTimeout, FrameTooLarge
 from cudagent.procs import (
@@ -28,8 +30,8 @@ from cudagent.procs import (
     Watchdog,
     cpu_seconds,
     drain,
+    end_tree,
     gib,
-    kill_group,
     physical_memory_bytes,
     process_tree,
 )
@@ -53,6 +55,7 @@ PASS_THROUGH_ENV = (
     "NVIDIA_VISIBLE_DEVICES",
 )
 DEFAULT_START_TIMEOUT_S = 180.0
+MAX_PROCESSES = 64  # processes alive at once in a candidate's tree (its own is one; nothing it needs starts more)
 ARENA_MAX_BYTES = 1 << 30  # shared memory per child at most (page-locked where CUDA is up); the rest takes the socket
 ARENA_SLACK = 1 << 20  # alignment padding, and room for an output a little larger than the reference's
 
@@ -92,7 +95,7 @@ class ChildProcess:
         memory_limit_bytes: int | None = None,
         zygote: Zygote | None = None,
         warm_profiler: bool = False,
-        confine: Plan | None = None,
+        cell: Cell | None = None,
     ):
         self.device = device  # the child initializes CUDA while it waits for its first request
         self.zygote = zygote  # fork from it (milliseconds) rather than start a new interpreter (seconds)
@@ -107,9 +110,11 @@ class ChildProcess:
         self.memory_limit_bytes = memory_limit_bytes or physical_memory_bytes() // 2
         self.watchdog: Watchdog | None = None
         self.isolation: dict = {}  # what the child reported of its own isolation (isolation.status())
-        # The candidate's confinement (confine.py): applied before the child imports torch; None for processes that
-        # run no candidate code (the reference's worker). A wrapper (ncu) runs it unconfined: the caller decides.
-        self.confine = None if self.wrapper else confine
+        # The jail of a candidate's process (cell.py): its keeper, bubblewrap and the inner layer, entered before the
+        # child imports torch; None for processes that run no candidate code (the reference's worker). A wrapper
+        # (ncu) runs it outside: the caller decides and says so.
+        self.cell = None if self.wrapper else cell
+        self._host_home: str | None = None  # a scratch made here (none when the jail gives the child its own)
 
     def __enter__(self) -> ChildProcess:
         self.start()
@@ -125,28 +130,35 @@ class ChildProcess:
     def spawn(self) -> None:
         """Start the process without waiting for it: it imports torch (and initializes CUDA) while the caller goes on
         with other work, such as the build. It loads no candidate code until asked to."""
-        self.home = tempfile.mkdtemp(prefix="cudagent-child-")
+        cell = self.cell
+        self.home = cell.scratch() if cell is not None else None
+        if self.home is None:
+            self.home = self._host_home = tempfile.mkdtemp(prefix="cudagent-child-")
         ours, theirs = socket.socketpair()
         args = ["--device", self.device] + (["--warm-profiler"] if self.warm_profiler else [])
         if self.wrapper:  # a profiler such as ncu reads the GPU's counters through this process: it keeps its rights
             args.append("--keep-privileges")
         env = child_env(self.home, self.extra_env)
-        if self.confine is not None and self.confine.level != "off":
-            env["TMPDIR"] = self.home  # compilers' temporary files: the one place it may write besides the plan's
-            args += ["--confine", self.confine.to_json()]
+        view = cell.view() if cell is not None else None
+        cwd = "/" if view is not None else self.home  # inside the jail, the keeper moves to the child's own scratch
+        if cell is not None:
+            env["TMPDIR"] = self.home
+            args = ["--tree", cell.jail.tree] + args
+            if cell.jail.inner != "off":
+                args = ["--confine", cell.plan().to_json()] + args
         self.proc = None
         if self.zygote is not None and not self.wrapper and self.zygote.alive():
             try:
-                self.proc = self.zygote.spawn(args, env, self.home, theirs.fileno())
+                self.proc = self.zygote.spawn(args, env, cwd, theirs.fileno())
             except ZygoteGone:
                 self.proc = None
         if self.proc is None:
+            command = [sys.executable, "-s", "-m", "cudagent.evaluator.jail.entry", *args, "--fd", str(theirs.fileno())]
             self.proc = subprocess.Popen(
-                [*self.wrapper, sys.executable, "-s", "-m", "cudagent.evaluator.jail.entry", *args]
-                + ["--fd", str(theirs.fileno())],
+                [*self.wrapper, *(view.argv(command) if view is not None else command)],
                 pass_fds=(theirs.fileno(),),
                 env=env,
-                cwd=self.home,
+                cwd=self._host_home or "/",
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -154,7 +166,8 @@ class ChildProcess:
             )
         theirs.close()
         self._reader = drain(self.proc.stdout, self.output)
-        self.watchdog = Watchdog(self.proc, Limits(memory_bytes=self.memory_limit_bytes), period_s=0.2)
+        limits = Limits(memory_bytes=self.memory_limit_bytes, max_processes=MAX_PROCESSES if cell else None)
+        self.watchdog = Watchdog(self.proc, limits, period_s=0.2)
         self.channel = Channel(ours)
 
     def handshake(self) -> None:
@@ -233,25 +246,38 @@ class ChildProcess:
             self.kill()
             code = None
         self._reader.join(timeout=2)
-        if self.watchdog is not None and self.watchdog.tripped:
+        if self.watchdog is not None and self.watchdog.tripped == "memory":
             return ChildFailure(
                 "OUT_OF_MEMORY",
                 f"the candidate's process used more than {gib(self.memory_limit_bytes)} of host memory during {what} "
                 "and was killed",
                 self.output.text(),
             )
-        if code == EXIT_UNCONFINED and self.confine is not None and self.confine.level == "strict":
+        if self.watchdog is not None and self.watchdog.tripped == "processes":
+            return ChildFailure(
+                "CRASHED",
+                f"the candidate's process started more than {MAX_PROCESSES} processes during {what} and was killed",
+                self.output.text(),
+            )
+        if code == EXIT_UNCONFINED and self.cell is not None:
             return ChildFailure(
                 "UNCONFINED",
                 "--confine strict: the candidate's process could not be confined on this machine, so it ran nothing "
                 "(`cudagent doctor` says what this kernel offers; --confine best-effort runs it with what there is)",
                 self.output.text(),
             )
-        if code == EXIT_CUDA_CONFINED and self.confine is not None:
+        if code == EXIT_NO_JAIL and self.cell is not None:
             return ChildFailure(
-                "UNCONFINED",
-                f"CUDA could not start in the confined candidate process (--confine {self.confine.level}); "
-                "`cudagent doctor` says what this machine offers",
+                "CRASHED",
+                f"the candidate's process could not enter its jail during {what} (the machine's probe found it "
+                "working; a limit on namespaces or processes may have been reached)",
+                self.output.text(),
+            )
+        if code == EXIT_CUDA_CONFINED and self.cell is not None:
+            return ChildFailure(
+                "CRASHED",
+                f"CUDA did not start in the candidate's process during {what}; the jail is this machine's (its probe "
+                "started CUDA inside it), so this process's start failed on its own",
                 self.output.text(),
             )
         if code is not None and code < 0:
@@ -289,8 +315,13 @@ class ChildProcess:
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            kill_group(self.proc)
+            self._end()
             self.proc.wait()
+
+    def _end(self) -> None:
+        """Kill everything the process started, then the process itself (its keeper): nothing is left."""
+        proc = self.proc
+        end_tree(proc.pid, lambda: proc.poll() is not None)
 
     def close(self) -> None:
         if self.watchdog is not None:
@@ -306,16 +337,17 @@ class ChildProcess:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-            # Whatever the child started in its group goes with it.
-            kill_group(self.proc)
+            # Whatever the child started goes with it (the keeper has seen to that already; this is the belt).
+            self._end()
             self.proc.wait()
             if self.proc.stdout:
                 self.proc.stdout.close()
         if self.channel is not None:
             self.channel.close()
-        if self.home:
-            shutil.rmtree(self.home, ignore_errors=True)
-            self.home = None
+        if self._host_home:
+            shutil.rmtree(self._host_home, ignore_errors=True)
+            self._host_home = None
+        self.home = None
 
     def output_tail(self, limit: int = 4000) -> str:
         return self.output.text()[-limit:]

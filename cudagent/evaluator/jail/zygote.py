@@ -31,7 +31,7 @@ import threading
 import time
 import traceback
 
-from cudagent.procs import BoundedOutput, drain, kill_group
+from cudagent.procs import BoundedOutput, drain, end_tree, kill_group, outer_pid
 
 MAX_PACKET = 1 << 20
 REAP_PERIOD_S = 0.05
@@ -120,40 +120,42 @@ class ZygoteGone(Exception):
 
 
 class ForkedProcess:
-    """The part of subprocess.Popen that ChildProcess uses, for a child the zygote forked."""
+    """The part of subprocess.Popen that ChildProcess uses, for a child the zygote forked: `pid` as this process
+    sees it, `inner` as the zygote does (they differ when the zygote runs in a jail's PID namespace)."""
 
-    def __init__(self, zygote: Zygote, pid: int, stdout):
-        self.zygote, self.pid, self.stdout = zygote, pid, stdout
+    def __init__(self, zygote: Zygote, pid: int, inner: int, stdout):
+        self.zygote, self.pid, self.inner, self.stdout = zygote, pid, inner, stdout
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            self.returncode = self.zygote.exit_code(self.pid, timeout_s=0)
+            self.returncode = self.zygote.exit_code(self.inner, timeout_s=0)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
-            self.returncode = self.zygote.exit_code(self.pid, timeout_s=timeout)
+            self.returncode = self.zygote.exit_code(self.inner, timeout_s=timeout)
         if self.returncode is None:
             raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
         return self.returncode
 
     def kill(self) -> None:
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        """Everything below the child's keeper first, then the keeper, once it has ended what came back to it."""
+        end_tree(self.pid, lambda: self.poll() is not None)
 
 
 class Zygote:
     """The parent's handle: start it, fork children from it, learn how they ended, close it."""
 
-    def __init__(self, env: dict[str, str], cwd: str, start_timeout_s: float = 180.0):
-        """env and cwd: the zygote's own (sanitized, like a child's); each child gets its own from its request."""
+    def __init__(self, env: dict[str, str], cwd: str, start_timeout_s: float = 180.0, view=None):
+        """env and cwd: the zygote's own (sanitized, like a child's); each child gets its own from its request.
+        view: the jail (bwrap.View) the zygote, and so every child it forks, runs in; None: none."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.output = BoundedOutput(head=4096, tail=16384)
+        command = [sys.executable, "-s", "-m", "cudagent.evaluator.jail.zygote", "--fd", str(theirs.fileno())]
+        self.jailed = view is not None
         self.proc = subprocess.Popen(
-            [sys.executable, "-s", "-m", "cudagent.evaluator.jail.zygote", "--fd", str(theirs.fileno())],
+            view.argv(command) if view is not None else command,
             pass_fds=(theirs.fileno(),),
             env=env,
             cwd=cwd,
@@ -222,8 +224,12 @@ class Zygote:
                 if not self._pids:
                     os.close(read_fd)
                     raise ZygoteGone("the zygote is gone")
-                pid = self._pids.pop(0)
-        return ForkedProcess(self, pid, os.fdopen(read_fd, "rb"))
+                inner = self._pids.pop(0)
+        pid = outer_pid(self.proc.pid, inner) if self.jailed else inner
+        if pid is None:
+            os.close(read_fd)
+            raise ZygoteGone(f"the zygote's child {inner} is nowhere to be seen")
+        return ForkedProcess(self, pid, inner, os.fdopen(read_fd, "rb"))
 
     def exit_code(self, pid: int, timeout_s: float | None) -> int | None:
         """How the child ended, waiting up to timeout_s (None: for ever); None if it is still running."""
@@ -233,6 +239,12 @@ class Zygote:
                 return self._codes.pop(pid)
         if not self._gone:
             return None
+        if self.jailed:  # the jail's PID namespace ends with the zygote's bubblewrap, and every child in it
+            try:
+                self.proc.wait(timeout=10.0 if timeout_s is None else timeout_s)
+                return -signal.SIGKILL
+            except subprocess.TimeoutExpired:
+                return None
         # Nobody reaps it for us now: alive or not is all we can learn (and a zombie nobody reaps stays "alive"
         # for ever, hence the bound).
         deadline = time.monotonic() + (10.0 if timeout_s is None else timeout_s)
