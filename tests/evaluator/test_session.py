@@ -6,8 +6,9 @@ from cudagent.evaluator.jail.process import ChildFailure, ChildProcess, child_en
 
 
 def load(child, path, timeout=60):
+    """Import `path` (a model_new.py) as the candidate's process imports a hand-in's."""
     return child.request(
-        {"op": "load", "model_new": str(path), "device": "cpu", "import_only": True},
+        {"op": "load", "handin": str(path.parent), "device": "cpu", "import_only": True},
         timeout_s=timeout,
         what="loading the candidate",
     )

@@ -29,8 +29,12 @@ def zygote():
 
 
 def _import(child: ChildProcess, path: Path) -> dict:
+    """Import `path` as the candidate's process imports a hand-in's model_new.py."""
+    handin = path.parent / f"handin-{path.stem}"
+    handin.mkdir(exist_ok=True)
+    shutil.copyfile(path, handin / "model_new.py")
     return child.request(
-        {"op": "load", "model_new": str(path), "device": "cpu", "import_only": True}, timeout_s=120, what="importing"
+        {"op": "load", "handin": str(handin), "device": "cpu", "import_only": True}, timeout_s=120, what="importing"
     )
 
 
@@ -154,6 +158,6 @@ def test_with_baselines_to_measure_nothing_starts_before_them(tmp_path, monkeypa
     monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(tmp_path / "empty-cache"))
     task, ws = _axpby(tmp_path)
     with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=True)) as evaluator:
-        evaluator._start_early(ws, timing=True)
+        evaluator._start_early(timing=True)
         assert evaluator._starting is None and evaluator._zygote is None
         assert evaluator.baselines._warming is None
