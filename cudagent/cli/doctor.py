@@ -91,17 +91,18 @@ def _doctor_checks(device: str, server: tuple | None) -> list[dict]:
         else f"{problem}; the agent's shell will run with resource limits only (see the README's security section)",
         needed=False,
     )
-    from cudagent.evaluator.jail.confine import describe, probe
+    from cudagent.evaluator.jail import level as jail_level
+    from cudagent.evaluator.jail.confine import Unconfined
     from cudagent.settings import Settings
 
     level = Settings.from_env().confine
-    state = probe(level)
-    add(
-        "candidate confinement",
-        state.get("confined") and not state.get("notes"),
-        f"--confine {level}: candidate processes would run {describe(state)}",
-        needed=level == "strict",
-    )
+    try:
+        jail = jail_level.decide(level, "cuda" if want_gpu and cuda else "cpu")
+        whole = level != "off" and jail.jailed and jail.inner != "off" and not jail.notes
+        why = f" ({'; '.join(jail.notes)})" if jail.notes else ""
+        add("candidate jail", whole, f"--confine {level}: {jail.describe()}{why}", needed=level == "strict")
+    except Unconfined as exc:
+        add("candidate jail", False, f"--confine strict: this machine cannot jail a candidate ({exc})")
     if server is not None:
         checks.extend(_server_checks(*server))
     return checks

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+import cudagent.evaluator.jail.level as jail_level
 from cudagent.device.info import resolve_device
 from cudagent.evaluator import EvalOptions, Evaluator
 from cudagent.evaluator.jail.confine import machine_support
@@ -255,10 +256,11 @@ def test_doctor_says_what_a_candidate_would_get_and_bad_levels_are_one_sentence(
     rows = {}
     for level in ("best-effort", "off"):
         done = cudagent(["doctor", "--no-server", "--device", "cpu", "--json"], {**env, "CUDAGENT_CONFINE": level})
-        rows[level] = next(c for c in json.loads(done.stdout)["checks"] if c["name"] == "candidate confinement")
-    assert rows["off"]["ok"] is False and "unconfined (--confine off)" in rows["off"]["detail"]
-    if SUPPORT["landlock_abi"] >= 6 and SUPPORT["seccomp"]:
-        assert rows["best-effort"]["ok"] is True and "Landlock ABI" in rows["best-effort"]["detail"], rows
+        rows[level] = next(c for c in json.loads(done.stdout)["checks"] if c["name"] == "candidate jail")
+    assert rows["off"]["ok"] is False and "no jail (--confine off)" in rows["off"]["detail"]
+    if SUPPORT["landlock_abi"] >= 6 and SUPPORT["seccomp"] and jail_level.decide("best-effort", "cpu").jailed:
+        assert rows["best-effort"]["ok"] is True, rows
+        assert "bubblewrap" in rows["best-effort"]["detail"] and "Landlock and seccomp" in rows["best-effort"]["detail"]
     bad = cudagent(["check", "task.py", "cand", "--confine", "loose"], env)
     said = " ".join(bad.stderr.replace("│", " ").split())  # typer's error box wraps lines
     assert bad.returncode == 2 and "'loose' is not a confinement level; use strict, best-effort or off" in said
@@ -268,24 +270,27 @@ def test_doctor_says_what_a_candidate_would_get_and_bad_levels_are_one_sentence(
 
 @pytest.mark.skipif(torch_has_cuda(), reason="needs a machine where CUDA cannot start")
 @pytest.mark.parametrize("level", ["strict", "best-effort", "off"])
-def test_a_process_whose_cuda_will_not_start_confined_says_so(level):
-    """The evaluator's best-effort falls back to an unconfined process on this failure (and says so in each verdict);
-    here CUDA cannot start at all, which the confined process reports the same way, and an unconfined one as a crash."""
-    from cudagent.evaluator.jail.confine import Plan
+def test_a_candidate_process_whose_cuda_will_not_start_has_crashed(level):
+    """The jail is decided once, by a trusted probe (here: for the CPU, where it holds); a candidate process in which
+    CUDA then does not start has failed on its own (CRASHED, said in one sentence), and nothing about the jail of
+    the next one changes: there is no fallback a candidate could cause (the jail's issue, class 4)."""
+    from cudagent.evaluator.jail.cell import Cell
     from cudagent.evaluator.jail.process import ChildFailure, ChildProcess
 
-    child = ChildProcess(device="cuda", confine=Plan(level))
+    if level == "strict" and not jail_level.decide("best-effort", "cpu").jailed:
+        pytest.skip("strict needs bubblewrap")
+    cell = Cell(jail_level.decide(level, "cpu"), "cpu")
+    child = ChildProcess(device="cuda", cell=cell)
     try:
         child.spawn()
         with pytest.raises(ChildFailure) as failure:
             child.handshake()
     finally:
         child.close()
-    if level == "off":
-        assert failure.value.code == "CRASHED", failure.value.message
-    else:
-        assert failure.value.code == "UNCONFINED", failure.value.message
-        assert "CUDA could not start in the confined candidate process" in failure.value.message
+        cell.close()
+    assert failure.value.code == "CRASHED", failure.value.message
+    if level != "off":
+        assert "CUDA did not start in the candidate's process" in failure.value.message
 
 
 @needs_confinement

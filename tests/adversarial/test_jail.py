@@ -45,6 +45,8 @@ needs_jail = pytest.mark.skipif(
 
 
 def workspace(tmp_path: Path, case: str, targets: dict[str, str] | None = None) -> tuple:
+    """A workspace of the vadd task holding the case's kernels, the raw system calls and jail_targets.h (`targets`
+    as #defines: what the attack aims at)."""
     task = load_task(TASK)
     ws = Workspace.create(tmp_path / case, task.source)
     for src in (CASES / case / "kernels").iterdir():

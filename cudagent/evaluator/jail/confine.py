@@ -471,26 +471,3 @@ def _filter(
         program.append((code, jt, jf, k))
         position += 1
     return program
-
-
-def probe(level: str = DEFAULT_LEVEL) -> dict:
-    """What a candidate process would get here at `level`: a throwaway process confines itself and says so."""
-    import subprocess
-    import tempfile
-
-    from cudagent.resources import PACKAGE_DIR
-
-    code = (
-        "import json, cudagent.evaluator.jail.privileges as i, cudagent.evaluator.jail.confine as c\n"
-        "i.drop_privileges()\n"
-        f"try: c.enter(c.Plan({level!r}))\nexcept c.Unconfined: pass\nprint(json.dumps(c.status()))"
-    )
-    with tempfile.TemporaryDirectory(prefix="cudagent-probe-") as scratch:
-        env = {**os.environ, "PYTHONPATH": str(PACKAGE_DIR.parent)}
-        try:
-            done = subprocess.run(
-                [sys.executable, "-s", "-c", code], cwd=scratch, env=env, capture_output=True, text=True, timeout=60
-            )
-            return json.loads(done.stdout.strip().splitlines()[-1])
-        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-            return {"level": level, "confined": False, "notes": ["the confinement probe could not run"]}
