@@ -46,6 +46,8 @@ from cudagent.evaluator.build.extension import (
     DEFAULT_BUILD_TIMEOUT_S,
     BuildResult,
     build_workspace,
+    toolchain_for,
+    toolchain_paths,
 )
 from cudagent.evaluator.compare import Tolerance
 from cudagent.evaluator.jail.cell import Cell, HandIn
@@ -141,13 +143,24 @@ class Evaluator:
         self._spares: collections.deque[ChildProcess] = collections.deque()  # oldest first
         self._starting: StartingProcess | None = None  # started before the task check (_start_early)
         self._cell: Cell | None = None  # the jail of this evaluator's candidates (made on first use)
+        self._validated_alone: str | None = None  # why the task's check ran again with the device alone
 
     def validate(self) -> None:
         """Check the task once (it loads, runs, is deterministic: task.validate_task); a broken one raises TaskError.
-        The first evaluation does it after the static audit; a caller that must fail early calls it first."""
-        if not self._validated:
-            validate_task(self.task, self.device.kind)
-            self._validated = True
+        The first evaluation does it after the static audit; a caller that must fail early calls it first. A task
+        that ran out of device memory beside other work is checked again with the device alone."""
+        if self._validated:
+            return
+        try:
+            with device_share(exclusive=False):
+                validate_task(self.task, self.device.kind)
+        except TaskError as exc:
+            if not self._out_of_memory_beside_others(str(exc)):
+                raise
+            with alone_here(), device_share(exclusive=True):
+                validate_task(self.task, self.device.kind)
+            self._validated_alone = _short(str(exc), 300)
+        self._validated = True
 
     def __enter__(self) -> Evaluator:
         return self
@@ -169,7 +182,8 @@ class Evaluator:
         """The jail of this evaluator's candidates: the machine's (decided once per process by a trusted probe;
         raises confine.Unconfined under strict where the machine cannot give it) and the folder of hand-ins."""
         if self._cell is None:
-            self._cell = Cell(jail_level.decide(self.options.confine, self.device.kind), self.device.kind)
+            jail = jail_level.decide(self.options.confine, self.device.kind)
+            self._cell = Cell(jail, self.device.kind, toolchain_paths(toolchain_for(self.device)))
         return self._cell
 
     def _fork_server(self) -> Zygote | None:
@@ -338,6 +352,11 @@ class Evaluator:
         self._phase("checking the task with null candidates")
         self._flag_degenerate(v)
         v.seconds["task_check"] = round(time.monotonic() - t1, 3)  # once per evaluator: then milliseconds
+        if self._validated_alone:
+            v.notes.append(
+                f"the task's check ran out of device memory while other work shared the device "
+                f"({self._validated_alone}); it was checked again with the device alone"
+            )
         if timing:  # clean baselines first: no candidate process may exist while they are measured
             self._phase("measuring eager and torch.compile (once per task and machine)")
             t1 = time.monotonic()

@@ -275,8 +275,15 @@ def kernel_spots(record: dict, runs_root: Path) -> list[dict]:
 def prove_package(
     package: Path, request: ModelRequest, device: str, confine: str, directory: Path, timing: bool = True
 ) -> dict:
-    """Run prove.py on the package in a process of its own (confined) and return what it found."""
-    from cudagent.resources import PACKAGE_DIR
+    """Run prove.py on the package in a process of its own, in the candidates' jail (the kernels are a model's code:
+    bubblewrap with the model's folders and the package readable, the scratch and the package's build folder
+    writable; Landlock and seccomp inside, prove.py's own), and return what it found."""
+    from cudagent.device.info import resolve_device
+    from cudagent.evaluator.build.extension import toolchain_for, toolchain_paths
+    from cudagent.evaluator.jail import level as jail_level
+    from cudagent.evaluator.jail.bwrap import View
+    from cudagent.evaluator.jail.confine import Unconfined
+    from cudagent.evaluator.jail.process import child_env
 
     scratch = directory / "prove-scratch"
     scratch.mkdir(exist_ok=True)
@@ -284,23 +291,28 @@ def prove_package(
     spec = {"model": asdict(request.resolved()), "device": device, "package": str(package), "confine": confine}
     spec.update(read=reads, timing=timing)
     (scratch / "request.json").write_text(json.dumps(spec))
-    env = {
-        **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)},
-        "PYTHONPATH": str(PACKAGE_DIR.parent),
-        "HOME": str(scratch),
-        "TMPDIR": str(scratch),
-        # torch.compile's caches: inside the scratch, the one place the confined process may write
-        "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor"),
-        "TRITON_CACHE_DIR": str(scratch / "triton"),
-    }
-    done = subprocess.run(
-        [sys.executable, "-s", "-m", "cudagent.usermodel.prove", str(scratch / "request.json")],
-        cwd=scratch,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=3600,
+    try:
+        jail = jail_level.decide(confine, device)
+    except Unconfined as exc:
+        return {"correct": False, "error": f"--confine strict: this machine cannot jail the kernels ({exc})"}
+    # never the user's keys: child_env passes only what a process needs
+    env = child_env(
+        str(scratch),
+        {
+            "TMPDIR": str(scratch),
+            # torch.compile's caches: inside the scratch, the one place the confined process may write
+            "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor"),
+            "TRITON_CACHE_DIR": str(scratch / "triton"),
+        },
     )
+    command = [sys.executable, "-s", "-m", "cudagent.usermodel.prove", str(scratch / "request.json")]
+    if jail.jailed:
+        toolchain = list(toolchain_paths(toolchain_for(resolve_device(device))))
+        view = View(
+            read=reads + toolchain, write=[str(scratch), str(package)], devices=device == "cuda", chdir=str(scratch)
+        )
+        command = view.argv(command)
+    done = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True, timeout=3600)
     lines = done.stdout.strip().splitlines()
     try:
         return json.loads(lines[-1])

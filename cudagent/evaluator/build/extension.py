@@ -227,7 +227,8 @@ def run_ninja(
     )
     jobs = str(max(1, min(len(units), os.cpu_count() or 1)))
     writable = [str(folder), *(str(c) for c in caches)]
-    command = jailed_build([ninja, "-C", str(folder), "-j", jobs], jail, list(read or []), writable, str(folder))
+    reads = [*toolchain_paths(tc), *(read or [])]
+    command = jailed_build([ninja, "-C", str(folder), "-j", jobs], jail, reads, writable, str(folder))
     proc = run_bounded(
         command,
         env=env,
@@ -248,6 +249,24 @@ def run_ninja(
         errors = summarize(output) if summarize else output[-8000:]
         return BuildResult(False, seconds, None, recompiled, errors, output)
     return BuildResult(True, seconds, library, recompiled, "", output)
+
+
+@functools.cache
+def toolchain_paths(tc: Toolchain) -> tuple[str, ...]:
+    """Where the build's programs live when that is not the system's /usr (a compiler installed under /opt, say):
+    each compiler's installation (the folder above its bin/), CUDA and ninja, for the build's jail to show."""
+    found: list[str] = []
+    programs = [tc.cxx, tc.nvcc, _ninja_binary(), *(shutil.which(n) for n in ("gcc", "g++", "cc", "c++"))]
+    for program in programs:
+        if not program:
+            continue
+        real = os.path.realpath(shutil.which(program) or program)
+        prefix = os.path.dirname(os.path.dirname(real))
+        if prefix not in ("/", "/usr") and prefix not in found:
+            found.append(prefix)
+    if tc.cuda_home and tc.cuda_home not in found:
+        found.append(tc.cuda_home)
+    return tuple(found)
 
 
 def _ninja_binary() -> str:

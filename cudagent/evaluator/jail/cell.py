@@ -64,8 +64,10 @@ class HandIn:
 class Cell:
     """The jail of one evaluator's candidates and the folder their hand-ins live in."""
 
-    def __init__(self, jail: Jail, device: str):
-        self.jail, self.device = jail, device
+    def __init__(self, jail: Jail, device: str, toolchain: tuple[str, ...] = ()):
+        """toolchain: folders of the build's programs outside /usr (a compiler under /opt): the libraries they bring
+        (its libstdc++) are what the candidate's library loads."""
+        self.jail, self.device, self.toolchain = jail, device, tuple(toolchain)
         self.root = Path(tempfile.mkdtemp(prefix="cudagent-handins-"))
         os.chmod(self.root, stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
         self._count = 0
@@ -86,11 +88,17 @@ class Cell:
         """The bubblewrap view of a candidate's process (the fork server's too); None where the jail has none."""
         if not self.jail.jailed:
             return None
-        return View(mounts={INSIDE: str(self.root)}, devices=self.device == "cuda", keep_capabilities=True, chdir="/")
+        return View(
+            read=list(self.toolchain),
+            mounts={INSIDE: str(self.root)},
+            devices=self.device == "cuda",
+            keep_capabilities=True,
+            chdir="/",
+        )
 
     def plan(self) -> Plan:
         """The inner layer's grants: read the hand-ins (its scratch, its working directory, is always writable)."""
-        return Plan(self.jail.inner, read=[self.inside(self.root)], write=[])
+        return Plan(self.jail.inner, read=[self.inside(self.root), *self.toolchain], write=[])
 
     def scratch(self) -> str | None:
         """The scratch a candidate's process gets inside the jail (its own memory file system), or None when the
