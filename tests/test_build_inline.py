@@ -5,6 +5,7 @@ process compiles nothing."""
 from __future__ import annotations
 
 import json
+import secrets
 from pathlib import Path
 
 import pytest
@@ -116,11 +117,12 @@ def test_a_load_inline_candidate_is_built_here_and_its_process_imports_the_modul
     task = load_task(REPO / "tests" / "adversarial" / "tasks" / "vadd.py")
     folder = tmp_path / "candidate"
     folder.mkdir()
-    (folder / "model_new.py").write_text(CONTROL.read_text().replace("vadd_inline_cpu", "vadd_inline_prebuilt"))
+    name = f"vadd_inline_{secrets.token_hex(4)}"  # a call this machine has never built
+    (folder / "model_new.py").write_text(CONTROL.read_text().replace("vadd_inline_cpu", name))
     ws = workspace_for(resolve_candidate(folder / "model_new.py"), task.source)
     with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=False)) as evaluator:
         v = evaluator.evaluate(ws)
     assert v.correct, json.dumps(v.to_dict())[:2000]
     (spec,), left = extract((folder / "model_new.py").read_text())
-    assert left == 0 and (folder_for(spec, resolve_device("cpu")) / "vadd_inline_prebuilt.so").is_file()
-    assert v.build["recompiled"] == ["vadd_inline_prebuilt/main.cpp"]
+    assert left == 0 and (folder_for(spec, resolve_device("cpu")) / f"{name}.so").is_file()
+    assert v.build["recompiled"] == [f"{name}/main.cpp"]

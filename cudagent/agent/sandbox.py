@@ -18,15 +18,13 @@ limits, and says why.
 
 from __future__ import annotations
 
-import glob
 import os
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from cudagent.errors import CudagentError, EnvironmentProblem
+from cudagent.evaluator.jail.bwrap import bwrap_path, gpu_device_nodes, problem_running
 from cudagent.procs import Limits, physical_memory_bytes
 
 MODES = ("auto", "bwrap", "limits", "none")
@@ -122,26 +120,7 @@ def choose(requested: str, limits: Limits | None = None) -> Sandbox:
     return Sandbox("limits", limits, f"bubblewrap cannot run here ({problem}); files and network are not confined")
 
 
-def bwrap_path() -> str:
-    return os.environ.get("CUDAGENT_BWRAP") or shutil.which("bwrap") or "bwrap"
-
-
 @lru_cache(maxsize=1)
 def bwrap_problem() -> str | None:
     """None when a command runs under the same bwrap options the shell gets; else what went wrong."""
-    path = bwrap_path()
-    if not shutil.which(path) and not os.path.isfile(path):
-        return "bwrap is not installed (Debian/Ubuntu: apt install bubblewrap)"
-    probe = Sandbox("bwrap").command(["true"], Path.cwd(), [])
-    try:
-        done = subprocess.run(probe, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"bwrap did not run: {exc}"
-    if done.returncode != 0:
-        first = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[0]
-        return f"bwrap failed: {first}"
-    return None
-
-
-def gpu_device_nodes() -> list[str]:
-    return sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri"))
+    return problem_running(Sandbox("bwrap").command(["true"], Path.cwd(), []))

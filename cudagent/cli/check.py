@@ -153,8 +153,9 @@ def _run(
     import asyncio
 
     from cudagent.errors import CudagentError
+    from cudagent.evaluator.audit.sources import audited
     from cudagent.evaluator.compare import Tolerance
-    from cudagent.evaluator.evaluator import EvalOptions, audited
+    from cudagent.evaluator.evaluator import EvalOptions
     from cudagent.evaluator.port import snapshot_of
     from cudagent.evaluator.where import evaluators
     from cudagent.settings import Settings

@@ -29,23 +29,20 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import cudagent.evaluator.build.inline as inline
 import cudagent.evaluator.jail.confine as confine
 import cudagent.evaluator.jail.level as jail_level
 import cudagent.evaluator.jail.privileges as isolation
 from cudagent.device.info import DeviceInfo
 from cudagent.device.share import alone, alone_here, device_share
 from cudagent.errors import TaskError
-from cudagent.evaluator.audit.kernel_scan import scan_files
 from cudagent.evaluator.audit.link_audit import audit_library, baseline_symbols, inspect_library
 from cudagent.evaluator.audit.nullcheck import null_candidates
-from cudagent.evaluator.audit.static_audit import audit_model_new
+from cudagent.evaluator.audit.sources import audited, read_candidate
+from cudagent.evaluator.build.candidate import build_candidate
 from cudagent.evaluator.build.extension import (
     DEFAULT_BUILD_TIMEOUT_S,
     BuildResult,
-    build_workspace,
     toolchain_for,
     toolchain_paths,
 )
@@ -63,10 +60,9 @@ from cudagent.evaluator.timing.roofline import task_cost
 from cudagent.evaluator.verdict import TIER_MARGIN, Verdict
 from cudagent.evaluator.verify import TrialRunner, load_message
 from cudagent.task import Task, validate_task
-from cudagent.workspace import EXTENSION_NAME, CandidateFormat, Workspace
+from cudagent.workspace import Workspace
 
 SPARE_PROCESSES = 2  # with spare_process: started processes kept ready for the next evaluations
-IMPORT_ROUNDS = 8  # load_inline calls found by importing model_new.py: at most this many rounds of build and import
 # What running out of device memory looks like, wherever it happened (the reference, get_inputs, the candidate)
 DEVICE_OOM = re.compile(
     r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"
@@ -210,63 +206,20 @@ class Evaluator:
     # ----- build ------------------------------------------------------------------------------------------------
 
     def build(self, ws: Workspace, handin: HandIn | None = None) -> BuildResult:
-        """Build the candidate in the build's jail; with a hand-in, put what was built into it. A single-file
-        candidate whose load_inline calls only running it would tell is imported (jailed) to find them."""
-        fmt = ws.candidate_format()
-        jail = self.cell().jail
-        if fmt is CandidateFormat.WORKSPACE:
-            built = build_workspace(ws, self.device, self.options.build_timeout_s, jail)
-            if built.ok and handin is not None:
-                handin.copy(built.library, f"{EXTENSION_NAME}.so")
-            return built
-        if fmt is CandidateFormat.PYTHON:
-            return BuildResult(True, 0.0)
+        """Build the candidate in the build's jail (build/candidate.py); with a hand-in, put what was built into
+        it. A single-file candidate whose load_inline calls only running it would tell is imported, jailed, to
+        find them."""
         own = handin is None
         if own:
             handin = self.cell().handin()
-            handin.put("model_new.py", _read_candidate(ws))
+            handin.put("model_new.py", read_candidate(ws) or "")
         try:
-            return self._build_inline(ws, handin)
+            return build_candidate(
+                ws, handin, self.device, self.cell().jail, self.options.build_timeout_s, self._wanted_calls
+            )
         finally:
             if own:
                 handin.remove()
-
-    def _build_inline(self, ws: Workspace, handin: HandIn) -> BuildResult:
-        """A single-file candidate's load_inline calls, built here (build/inline.py): first those model_new.py's
-        text tells, then, while some call is left, those a jailed import of model_new.py (and ModelNew's __init__)
-        asks for, round after round. Every module goes into the hand-in under its call's key."""
-        start = time.monotonic()
-        specs, left = inline.extract(handin.path.joinpath("model_new.py").read_text(errors="replace"))
-        recompiled: list[str] = []
-
-        def build(spec) -> BuildResult | None:
-            built = inline.build(spec, self.device, self.options.build_timeout_s, self.cell().jail)
-            recompiled.extend(f"{spec.name}/{name}" for name in built.recompiled)
-            if not built.ok:
-                built.seconds = time.monotonic() - start
-                built.errors = f"load_inline(name={spec.name!r}): {built.errors}"
-                return built
-            handin.copy(built.library, str(inline.module_path(Path("prebuilt"), spec)))
-            return None
-
-        for spec in specs:
-            failed = build(spec)
-            if failed:
-                return failed
-        for _ in range(IMPORT_ROUNDS if left else 0):
-            wanted, failure = self._wanted_calls(handin)
-            if failure is not None:
-                return failure
-            if not wanted:
-                break
-            for raw in wanted:
-                spec = inline.spec_from_dict(raw)
-                if spec is None:
-                    return BuildResult(False, time.monotonic() - start, errors="a load_inline call could not be read")
-                failed = build(spec)
-                if failed:
-                    return failed
-        return BuildResult(True, time.monotonic() - start, recompiled=recompiled)
 
     def _wanted_calls(self, handin: HandIn) -> tuple[list[dict], BuildResult | None]:
         """Import model_new.py from the hand-in in a candidate process and make ModelNew: the load_inline calls it
@@ -300,7 +253,7 @@ class Evaluator:
             err = str(reply.get("error", ""))
             failed = BuildResult(False, time.monotonic() - start, errors=f"importing model_new.py failed: {err}")
             return [], failed
-        return list(wanted)[:IMPORT_ROUNDS], None
+        return list(wanted), None
 
     def _child_env(self) -> dict[str, str]:
         """Every core for the candidate's own threads' sake (OpenMP reads OMP_NUM_THREADS where set)."""
@@ -337,7 +290,7 @@ class Evaluator:
         timing = self.options.timing if timing is None else timing
         t0 = time.monotonic()
         self._phase("auditing the sources")
-        source = _read_candidate(ws)
+        source = read_candidate(ws)
         v = audited(self.task, self.device, ws, self.options.audit_static, source)
         if v.violations:  # milliseconds: nothing has run, not even the reference
             return self._finish(v, t0)
@@ -561,41 +514,6 @@ class Evaluator:
             v.set_times(t["eager"], t["compile"], t["candidate"] if v.correct else None, self.options.margin)
         v.seconds["total"] = round(time.monotonic() - t0, 3)
         return v
-
-
-def audited(
-    task: Task, device: DeviceInfo, ws: Workspace, audit_static: bool = True, source: str | None = None
-) -> Verdict:
-    """A verdict's start, in this process and before any other starts: fixed files restored, model_new.py present,
-    and the static audit of model_new.py (`source`: its text as the evaluation took it) and the kernel sources (off
-    only in tests that show a runtime defense holds on its own). A candidate this rejects is judged in
-    milliseconds."""
-    t0 = time.monotonic()
-    v = Verdict(task={"name": task.name, "sha256": task.sha256}, device=device.to_dict())
-    restored = ws.ensure_infrastructure(task.source)
-    if restored:
-        v.notes.append(f"restored fixed files that had been changed or deleted: {', '.join(restored)}")
-    v.candidate_format = ws.candidate_format().value
-    source = _read_candidate(ws) if source is None else source
-    if source is None:
-        v.reject("NO_MODELNEW", "the workspace has no model_new.py (a file, not a link); write ModelNew there")
-        return v
-    if audit_static:
-        for violation in audit_model_new(source) + scan_files(ws.kernel_sources(), ws.root):
-            v.reject(violation.code, violation.message)
-    v.seconds["audit"] = round(time.monotonic() - t0, 3)
-    return v
-
-
-def _read_candidate(ws: Workspace) -> str | None:
-    """model_new.py's text, read once: the text audited is the text handed to the candidate's process. A link is
-    not followed (it could name any file this user may read)."""
-    try:
-        fd = os.open(ws.model_new_py, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        return f.read().decode("utf-8", errors="replace")
 
 
 def _short(text: str, limit: int) -> str:

@@ -137,13 +137,16 @@ def system_paths() -> list[str]:
 def bwrap_problem() -> str | None:
     """None when bubblewrap runs a command in a view like the jail's (own namespaces, the system read-only); else
     what went wrong, in a few words."""
-    path = bwrap_path()
+    return problem_running(View(devices=False).argv(["true"]))
+
+
+def problem_running(argv: list[str]) -> str | None:
+    """None when `argv` (a bubblewrap command line running `true`) runs; else what went wrong, in a few words."""
+    path = argv[0]
     if not shutil.which(path) and not os.path.isfile(path):
         return "bwrap is not installed (Debian/Ubuntu: apt install bubblewrap)"
     try:
-        done = subprocess.run(
-            View(devices=False).argv(["true"]), capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL
-        )
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap did not run: {exc}"
     if done.returncode != 0:
