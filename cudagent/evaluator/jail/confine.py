@@ -1,27 +1,29 @@
-"""Confinement of the process that runs a candidate's code (Linux): no network, files read-only except its own scratch.
+"""The jail's inner layer (Linux): no network, files read-only except its own scratch, no signal to any other process.
 
     enter(plan)    in the candidate's process, first thing (cudagent/evaluator/jail/entry.py)
 
 Applied before the candidate's process imports torch (so before any thread exists: Landlock binds the threads
 that call it and those they start), after it has given up its capabilities (isolation.drop_privileges sets
 no_new_privs, which both mechanisms require of an unprivileged process). Everything the process starts later
-(load_inline's ninja, nvcc, the compilers) inherits it.
+inherits it; a build's programs enter it through entry.py --exec (compiler.py).
 
-- **Landlock** (Linux 5.13+; what is handled grows with the kernel's ABI). Reading and executing: the system
-  (/usr, /etc, /opt, /sys, the Python installation, the cudagent package, CUDA) and the paths the plan names (the
-  workspace). Writing: the process's own scratch directory (its HOME, TMPDIR and working directory) and the plan's
-  write paths (load_inline's build directory). Devices one by one (/dev/null and friends, /dev/nvidia*): never
-  the whole of /dev. Of /proc only the process's own directory and the machine-wide files libraries read
-  (cpuinfo, meminfo, /proc/driver/nvidia...): other processes' command lines and status stay closed, and
-  Landlock's own rule keeps ptrace and /proc/<pid>/mem of any process outside the domain closed (siblings are in
-  domains of their own). ABI 4+: TCP bind and connect refused. ABI 6+: abstract Unix sockets and signals scoped to
-  the domain. The evaluator's caches (compiler objects, precompiled headers, baselines, link-audit facts) are
-  outside every granted path: a candidate cannot read them, let alone change them.
+- **Landlock** (Linux 5.13+; what is handled grows with the kernel's ABI). Reading and executing: the system (/usr,
+  /etc, /opt, /sys, the Python installation, the cudagent package, CUDA) and the paths the plan names (the hand-ins; a
+  build's workspace). Writing: the process's own scratch directory (its HOME, TMPDIR and working directory) and the
+  plan's write paths (a build's folders). Devices one by one (/dev/null and friends, /dev/nvidia*): never the whole of
+  /dev. Of /proc only the process's own directory and the machine-wide files libraries read (cpuinfo, meminfo,
+  /proc/driver/nvidia...): other processes' command lines and status stay closed, and Landlock's own rule keeps ptrace
+  and /proc/<pid>/mem of any process outside the domain closed (siblings are in domains of their own). ABI 4+: TCP
+  bind and connect refused. ABI 6+: abstract Unix sockets and signals scoped to the domain. The evaluator's caches
+  (compiler objects, precompiled headers, baselines, link-audit facts) are outside every granted path: a candidate
+  cannot read them, let alone change them.
 - **seccomp**: socket() only for AF_UNIX stream and seqpacket sockets (the channel to the evaluator is inherited,
   already connected); connect() answered ECONNREFUSED (no Unix socket of another service either: a library that
   looks for a daemon, NVML for nvidia-persistenced say, finds none running); bind() allowed (see REFUSED);
-  io_uring refused (its requests bypass seccomp); ptrace and process_vm_* refused; syscalls of another ABI than
-  the process's own (x32, a foreign architecture) kill it.
+  io_uring refused (its requests bypass seccomp); ptrace and process_vm_* refused; kill, tgkill and
+  rt_(tg)sigqueueinfo only to the process itself, tkill and pidfd_send_signal refused (signals are refused in every
+  layer: here, by Landlock's scope, and by the PID namespace that shows no other process); syscalls of another ABI
+  than the process's own (x32, a foreign architecture) kill it.
 
 Levels: `strict` refuses to run unconfined (the process exits with EXIT_UNCONFINED before any candidate code);
 `best-effort` applies what the kernel offers and reports the rest; `off` applies nothing. `status()` says what

@@ -1,10 +1,13 @@
-"""The trusted parent's handle on a child process (child.py).
+"""The trusted parent's handle on a child process (child.py): a candidate's, in its cell's jail, or the trusted
+reference worker.
 
-Each child starts with a sanitized environment (no API keys, no PYTHONPATH of the user's), in its own session and
-process group, in a private temporary directory, with stdout and stderr drained into a bounded buffer that nobody
-parses for verdicts. A request that outlives its timeout kills the whole group; so does a child whose process tree
-holds more host memory than its limit (half the machine's by default), before the kernel's OOM killer picks a
-victim of its own; a child that dies mid-request is reported with its exit status or signal.
+Each child starts with a sanitized environment (no API keys, no PYTHONPATH of the user's), in its own session, with
+stdout and stderr drained into a bounded buffer that nobody parses for verdicts. A candidate's runs under its keeper
+(keeper.py: a PID namespace of its own inside bubblewrap, where whatever it starts ends with it, and a scratch of
+its own), confined by the inner layer. A request that outlives its timeout kills the whole tree; so does a child
+whose tree holds more host memory than its limit (half the machine's by default), before the kernel's OOM killer
+picks a victim of its own, or more processes than MAX_PROCESSES; a child that dies mid-request is reported with its
+exit status or signal.
 """
 
 from __future__ import annotations

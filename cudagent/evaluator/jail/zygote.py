@@ -6,7 +6,9 @@ The zygote is trusted and runs no candidate code: it imports torch and the child
 (so a fork is safe; nor does it open a profiler session, which on a CUDA build of torch sets CUPTI up even for a
 CPU-only one: its children then failed to start on the H100), and forks one fresh child per request. Each child
 leaves the zygote's session, takes the environment, working directory and output pipe its request names, and
-becomes an ordinary `child.py` harness.
+becomes an ordinary `child.py` harness through entry.py (its keeper, its confinement). For candidates the zygote
+itself runs in the jail (bubblewrap, cell.py's view): the pids it reports are its namespace's, and the parent finds
+the same processes under its own numbering (procs.outer_pid).
 
 Protocol on the SOCK_SEQPACKET socket N, one message per packet, JSON:
     parent -> zygote   {"env": {...}, "cwd": "...", "argv": [...]}  with two descriptors attached: the child's
