@@ -168,3 +168,15 @@ def test_the_compiler_cache_stores_no_failed_unit_and_can_be_switched_off(tmp_pa
     (other.kernels_dir / "common.h").write_text("#define VALUE 7\n")
     assert build_workspace(other, cpu).ok and call(other, "a") == "8"
     assert len(_entries(cache)) == 2
+
+
+def test_the_oldest_build_folders_go_beyond_the_newest_kept(tmp_path):
+    from cudagent.evaluator.build.extension import trim_build_folders
+
+    for i in range(7):
+        (tmp_path / f"ws-{i}").mkdir()
+        os.utime(tmp_path / f"ws-{i}", (1000 + i, 1000 + i))
+    (tmp_path / "a-call.lock").write_text("")  # a lock file beside the folders stays
+    removed = trim_build_folders(tmp_path, keep=4)
+    assert sorted(p.name for p in removed) == ["ws-0", "ws-1", "ws-2"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-call.lock", "ws-3", "ws-4", "ws-5", "ws-6"]

@@ -44,6 +44,7 @@ MAX_ERROR_LINES = 60
 # one architecture more threads would have nothing to do (benchmarks/nvcc_threads.py).
 NVCC_THREADS = ("--threads", "2")
 WS_LINK = "ws"  # the workspace, seen from its build folder (a link there)
+KEEP_BUILD_FOLDERS = 64  # build folders a machine keeps (workspaces' and load_inline calls'), the newest
 
 
 @dataclass
@@ -138,7 +139,10 @@ def build_workspace(
     start = time.monotonic()
     restored = ws.ensure_infrastructure()
     tc = toolchain_for(device)
-    ws.build_dir.mkdir(parents=True, exist_ok=True)
+    if not ws.build_dir.is_dir():
+        ws.build_dir.mkdir(parents=True)
+        trim_build_folders(ws.build_dir.parent)
+    os.utime(ws.build_dir)  # recently used: the last to go when the folders are trimmed
     _link_workspace(ws)
     sources = ws.compiled_sources(cuda=tc.cuda)
     units = [Unit(src, "nvcc" if src.suffix == ".cu" else "cxx") for src in sources]
@@ -385,6 +389,15 @@ def summarize_compiler_output(output: str, ws: Workspace) -> str:
     unless nothing else explains the failure; ninja's echo of compiler command lines is dropped.
     """
     return summarize_output(output, [str(ws.root) + os.sep, WS_LINK + os.sep])
+
+
+def trim_build_folders(parent: Path, keep: int = KEEP_BUILD_FOLDERS) -> list[Path]:
+    """Remove the least recently used build folders under `parent` beyond the `keep` newest (a workspace whose
+    folder went builds it again, from the compiler cache); the folders removed."""
+    folders = sorted((p for p in parent.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in folders[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+    return folders[keep:]
 
 
 def _link_workspace(ws: Workspace) -> None:

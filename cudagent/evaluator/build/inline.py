@@ -332,6 +332,7 @@ def build(spec: InlineSpec, device: DeviceInfo, timeout_s: float, jail=None):
         summarize_output,
         toolchain_for,
         torch_flags,
+        trim_build_folders,
     )
 
     start = time.monotonic()
@@ -354,7 +355,10 @@ def build(spec: InlineSpec, device: DeviceInfo, timeout_s: float, jail=None):
             errors=f"load_inline({spec.name!r}) builds CUDA sources: this needs a GPU (this check runs on the CPU)",
         )
     folder = folder_for(spec, device)
-    folder.mkdir(parents=True, exist_ok=True)
+    if not folder.is_dir():
+        folder.mkdir(parents=True)
+        trim_build_folders(folder.parent)
+    os.utime(folder)  # recently used: the last to go when the folders are trimmed
     with open(folder.parent / f"{folder.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         units = [Unit(_write(folder / "main.cpp", spec.main_cpp()), "cxx")]
