@@ -4,6 +4,9 @@ cudagent writes its own `build/build.ninja` (with the flags torch.utils.cpp_exte
 calling `cpp_extension.load`, for two reasons: `load` imports the module it builds, and the trusted process must
 never load candidate code; and ninja then sees every source with paths relative to the build directory, so only
 changed sources recompile, the workspace can move, and nothing is ever wiped.
+
+One module of about 450 lines: the ninja file, the flags torch would pass, where the build runs (its jail, its
+folder) and the compiler output the agent reads are one build, read together.
 """
 
 from __future__ import annotations

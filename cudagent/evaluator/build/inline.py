@@ -21,6 +21,9 @@ Only flags known to be harmless are compiled (optimization, warnings, macros, ar
 ptxas switches, the CUDA libraries): a candidate's `-fplugin=`, `-B`, `-ccbin`, `@file` and the like would run code
 in the build, so a call with any other flag is refused. Extra include folders must lie in the toolchain, Python's
 packages or CUDA (the build's view holds nothing else).
+
+One module of about 460 lines: reading a call, building it and serving it in the candidate's process agree on one
+key (InlineSpec.key), kept side by side so that they cannot drift apart.
 """
 
 from __future__ import annotations
