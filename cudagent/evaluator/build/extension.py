@@ -1,9 +1,11 @@
 """Incremental build of a workspace's extension module `cuda_extension`.
 
-cudagent writes its own `build/build.ninja` (with the flags torch.utils.cpp_extension would use) instead of
+cudagent writes its own `build.ninja`, in the workspace's build folder (Workspace.build_dir, outside the workspace),
+with the flags torch.utils.cpp_extension would use, instead of
 calling `cpp_extension.load`, for two reasons: `load` imports the module it builds, and the trusted process must
-never load candidate code; and ninja then sees every source with paths relative to the build directory, so only
-changed sources recompile, the workspace can move, and nothing is ever wiped.
+never load candidate code; and ninja then sees every source through the folder's `ws` link, so only changed
+sources recompile, every workspace's command lines are the same (the compiler cache serves them all), and nothing
+is ever wiped.
 
 One module of about 450 lines: the ninja file, the flags torch would pass, where the build runs (its jail, its
 folder) and the compiler output the agent reads are one build, read together.
