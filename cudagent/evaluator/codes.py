@@ -82,7 +82,7 @@ CODES: dict[str, str] = {
     "INFRA_TAMPERED": "the candidate changed the workspace's fixed files during evaluation",
     # --- timing integrity ---
     "TIMED_OUTPUT_MISMATCH": "an output produced while being timed was wrong",
-    "TIMING_BELOW_FLOOR": "the measured time is under half the physical floor (bytes / bandwidth, FLOPs / peak)",
+    "TIMING_BELOW_FLOOR": "the measured time is under half the physical floor (the bytes that must move / bandwidth)",
     "TIMING_WALL_MISMATCH": "the wall clock and the CUDA events disagree (work outside the timed stream)",
     "TIMING_KERNELS_OUTSIDE_EVENTS": "kernel time exceeds the event time (work on other streams or after the event)",
     "BASELINE_INTERFERENCE": "the baselines ran slower while the candidate's process was alive",

@@ -256,8 +256,8 @@ class Profiler:
             v.reject(
                 "TIMING_BELOW_FLOOR",
                 f"[timing] {cand:.4f} ms is under half the physical floor {floor:.4f} ms "
-                f"({self.cost.bytes / 1e6:.1f} MB at {self.peaks.bandwidth_gbs:.0f} GB/s, "
-                f"{self.cost.flops / 1e9:.2f} GFLOP): no correct implementation is that fast",
+                f"({self.cost.bytes / 1e6:.1f} MB must move, at {self.peaks.bandwidth_gbs:.0f} GB/s measured): "
+                "no correct implementation is that fast",
             )
 
     # ----- interleaved confirmation ------------------------------------------------------------------------------
