@@ -60,6 +60,8 @@ class Harness:
         # Taken before any candidate code is loaded, and held only in this frame: the check is bound here, so
         # replacing Sentinel.changed afterwards changes nothing.
         changed = audit.Sentinel(_harness_modules()).changed
+        foreign_code = audit.foreign_code  # bound here too: candidate code cannot swap it for a silent one
+        writable = tuple({os.getcwd(), os.environ.get("TMPDIR", ""), os.environ.get("HOME", "")} - {"", "/"})
         self.ch.send(
             {
                 "op": "hello",
@@ -91,6 +93,9 @@ class Harness:
             tampered = changed()
             if tampered:
                 reply["tampered"] = tampered
+            foreign = foreign_code(writable)
+            if foreign:
+                reply["foreign_code"] = foreign
             try:
                 self.ch.send(reply)
             except Exception as exc:  # noqa: BLE001  (an output whose own code raised while being read)
@@ -101,6 +106,7 @@ class Harness:
                         "unsendable": True,
                         "error": f"the result could not be sent back: {type(exc).__name__}: {exc}",
                         **({"tampered": tampered} if tampered else {}),
+                        **({"foreign_code": foreign} if foreign else {}),
                     }
                 )
 

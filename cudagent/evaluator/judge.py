@@ -33,17 +33,28 @@ class Extension:
 
 
 def judge_tampering(reply: dict, stage: str) -> list[Violation]:
-    """Harness code the candidate's process changed (any request's reply can carry it)."""
-    if not reply.get("tampered"):
-        return []
-    names = ", ".join(reply["tampered"][:5]) + (" ..." if len(reply["tampered"]) > 5 else "")
-    return [
-        Violation(
-            "HARNESS_TAMPERED",
-            f"[{stage}] the evaluator's own code in the candidate's process was replaced ({names}); candidate "
-            "code may not reach the harness",
+    """Harness code the candidate's process changed, and code it loaded from where it could write (any request's
+    reply can carry either)."""
+    found = []
+    if reply.get("tampered"):
+        names = ", ".join(reply["tampered"][:5]) + (" ..." if len(reply["tampered"]) > 5 else "")
+        found.append(
+            Violation(
+                "HARNESS_TAMPERED",
+                f"[{stage}] the evaluator's own code in the candidate's process was replaced ({names}); candidate "
+                "code may not reach the harness",
+            )
         )
-    ]
+    if reply.get("foreign_code"):
+        paths = ", ".join(map(str, reply["foreign_code"][:3]))
+        found.append(
+            Violation(
+                "UNAUDITED_CODE",
+                f"[{stage}] the candidate's process ran code it loaded from where it can write ({paths}): every "
+                "library must come from the trusted build, which the link audit reads before any candidate code runs",
+            )
+        )
+    return found
 
 
 def judge_failed_call(reply: dict, trial: str) -> list[Violation]:

@@ -472,6 +472,30 @@ class TensorExits:
 _INHERITED = object()  # an attribute the class only inherited: removed again afterwards
 
 
+def foreign_code(writable: tuple[str, ...]) -> list[str]:
+    """Executable code this process has mapped from a file it could have written itself: under its own scratch
+    (`writable`), in shared memory, a memfd, or a file since deleted. Such code was never built by the trusted
+    build nor read by the link audit (a library copied or compiled at run time, then loaded)."""
+    found = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split(maxsplit=5)
+                if len(parts) < 6 or "x" not in parts[1]:
+                    continue
+                path = parts[5].strip()
+                foreign = (
+                    path.startswith(("/memfd:", "/dev/shm/"))
+                    or path.endswith("(deleted)")
+                    or any(path.startswith(w.rstrip("/") + "/") for w in writable)
+                )
+                if foreign and path not in found:
+                    found.append(path)
+    except OSError:
+        pass
+    return found
+
+
 def own_libraries(roots: list[str]) -> list[str]:
     """Shared objects this process has mapped from the candidate's build directories."""
     found = []
