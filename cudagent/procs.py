@@ -225,6 +225,13 @@ def outer_pid(root: int, inner: int, timeout_s: float = 5.0) -> int | None:
         time.sleep(0.01)
 
 
+def innermost(root: int, pid: int) -> int | None:
+    """The process below `root` whose id in its own, innermost PID namespace is `pid` (the id a jailed process
+    gives of itself), the most deeply nested one if several are; None when there is none."""
+    found = [(len(ids), p) for p in process_tree(root) if (ids := namespace_pids(p)) and ids[-1] == pid]
+    return max(found)[1] if found else None
+
+
 def end_tree(root: int, root_ended, grace_s: float = 10.0) -> None:
     """SIGKILL every process below `root`, then give `root` (a keeper, which ends what comes back to it and then
     itself) `grace_s` to end, as `root_ended()` tells; SIGKILL it after that."""

@@ -235,6 +235,19 @@ class Harness:
         self.last_outputs = out
         return reply
 
+    def op_spin(self, msg: dict) -> dict:
+        """Forward on the last call's inputs, again and again for `seconds` (at least once), while the parent samples
+        where this process's CPU time goes (audit/attribution.py)."""
+        import time
+
+        end, calls = time.monotonic() + float(msg.get("seconds", 0.4)), 0
+        with torch.no_grad():
+            while calls == 0 or time.monotonic() < end:
+                self.model(*self.inputs)
+                calls += 1
+        self._sync()
+        return {"calls": calls}
+
     def _aliasing(self, out) -> list[str]:
         found = []
         outs = [t for t in tensors(out) if type(t) is torch.Tensor]

@@ -30,6 +30,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+import cudagent.evaluator.audit.attribution as attribution
 import cudagent.evaluator.jail.confine as confine
 import cudagent.evaluator.jail.level as jail_level
 import cudagent.evaluator.jail.privileges as isolation
@@ -50,7 +51,7 @@ from cudagent.evaluator.compare import Tolerance
 from cudagent.evaluator.jail.cell import Cell, HandIn
 from cudagent.evaluator.jail.process import ChildFailure, ChildProcess, StartingProcess, child_env
 from cudagent.evaluator.jail.zygote import Zygote
-from cudagent.evaluator.judge import Extension
+from cudagent.evaluator.judge import Extension, judge_tampering
 from cudagent.evaluator.timing.baselines import Baselines
 from cudagent.evaluator.timing.measure import Plan
 from cudagent.evaluator.timing.ncu import ncu_summary
@@ -63,6 +64,7 @@ from cudagent.task import Task, validate_task
 from cudagent.workspace import Workspace
 
 SPARE_PROCESSES = 2  # with spare_process: started processes kept ready for the next evaluations
+ATTRIBUTION_S = 0.4  # CPU: how long forward runs while its CPU time is sampled (about 1,600 samples a thread)
 # What running out of device memory looks like, wherever it happened (the reference, get_inputs, the candidate)
 DEVICE_OOM = re.compile(
     r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"
@@ -345,6 +347,9 @@ class Evaluator:
             )
             with device_share(exclusive=False):
                 ref = runner.run(handin.inside, self.options.stock_trials, self.options.build_timeout_s + 120)
+                if v.correct and ref is not None and not self.device.is_cuda:
+                    self._phase("sampling where forward's CPU time goes")
+                    self._attribute(child, handin, v)
             v.seconds["verify"] = round(time.monotonic() - t1, 3)
             if v.correct and timing and ref is not None:
                 self._phase("timing the candidate")
@@ -450,6 +455,34 @@ class Evaluator:
                     v.reject(violation.code, violation.message)
         v.seconds["link_audit"] = round(time.monotonic() - t0, 3)
         return Extension.of(libraries) if libraries else None
+
+    def _attribute(self, child: ChildProcess, handin: HandIn, v: Verdict) -> None:
+        """CPU: where forward's CPU time goes, its program counters sampled from here (audit/attribution.py); most
+        of the time it computes must be in the candidate's own libraries (WORK_NOT_OWN)."""
+        pid = child.harness_pid()
+        if pid is None:
+            v.notes.append("where forward's CPU time went could not be sampled (the candidate's process was not found)")
+            return
+        try:
+            with attribution.Sampler(pid) as sampler:
+                reply = child.request(
+                    {"op": "spin", "seconds": ATTRIBUTION_S},
+                    timeout_s=self.options.call_timeout_s,
+                    what="running forward while its CPU time is sampled",
+                )
+        except attribution.Unavailable as exc:
+            v.notes.append(f"where forward's CPU time went could not be sampled on this machine ({exc})")
+            return
+        for violation in judge_tampering(reply, "cpu-time"):
+            v.reject(violation.code, violation.message)
+        if not reply.get("ok", False):
+            v.reject("FORWARD_RAISED", f"[cpu-time] ModelNew.forward raised {reply.get('error')}")
+            return
+        split = sampler.split([str(p) for p in handin.libraries()])
+        v.cpu_time = {**split.to_dict(), "described": split.describe()}
+        why = attribution.judge(split)
+        if why:
+            v.reject("WORK_NOT_OWN", f"[cpu-time] {why}")
 
     def _flag_degenerate(self, v: Verdict) -> None:
         """Null candidates (zeros, the mean, passthrough, a subsample) that pass this task under its stock inputs:

@@ -38,6 +38,8 @@ def render(v, detail: bool = False) -> str:
             from cudagent.evaluator.jail.confine import describe
 
             lines.append(f"  candidate process: {describe(v.confinement)}")
+    if detail and v.cpu_time is not None:
+        lines.append(f"  CPU time of forward: {v.cpu_time.get('described', '')}")
     lines += [f"  note: {f}" for f in v.flags] + [f"  note: {n}" for n in v.notes]
     return "\n".join(lines)
 

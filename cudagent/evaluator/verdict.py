@@ -112,6 +112,7 @@ class Verdict:
     seconds: dict = field(default_factory=dict)  # time spent per phase
     timing: dict | None = None  # the profiler's detail (per-target statistics, roofline, kernel breakdown)
     confinement: dict | None = None  # what held in the candidate's process (confine.status()); None: none ran
+    cpu_time: dict | None = None  # CPU only: where forward's CPU time went, by kind of code (audit/attribution.py)
 
     def reject(self, code: str, message: str) -> None:
         """Record a violation. The same finding in several trials becomes one violation naming those trials."""

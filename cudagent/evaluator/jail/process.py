@@ -35,6 +35,7 @@ from cudagent.procs import (
     drain,
     end_tree,
     gib,
+    innermost,
     physical_memory_bytes,
     process_tree,
 )
@@ -118,6 +119,7 @@ class ChildProcess:
         # (ncu) runs it outside: the caller decides and says so.
         self.cell = None if self.wrapper else cell
         self._host_home: str | None = None  # a scratch made here (none when the jail gives the child its own)
+        self.hello_pid: int | None = None  # the pid the child gave of itself (its own namespace's)
 
     def __enter__(self) -> ChildProcess:
         self.start()
@@ -178,6 +180,7 @@ class ChildProcess:
         if hello.get("op") != "hello":
             raise ChildFailure("CRASHED", "the evaluation process did not start properly", self.output.text())
         self.isolation = hello.get("isolation") or {}
+        self.hello_pid = hello.get("pid")
 
     @property
     def confinement(self) -> dict:
@@ -308,6 +311,13 @@ class ChildProcess:
         return ChildFailure(
             "CRASHED", f"the candidate's process exited with status {code} during {what}", self.output.text()
         )
+
+    def harness_pid(self) -> int | None:
+        """The candidate's process itself (below its keeper, perhaps in a PID namespace of its own), as this process
+        numbers it; None before its hello or once it is gone."""
+        if self.proc is None or self.hello_pid is None:
+            return None
+        return innermost(self.proc.pid, int(self.hello_pid))
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
