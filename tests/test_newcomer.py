@@ -95,6 +95,7 @@ def test_5_check_tells_its_phases_and_bench_lines_are_whole(tmp_path):
         "checking the task with null candidates",
         "building the extension",
         "verifying on fresh inputs",
+        "sampling where forward's CPU time goes",
     ]
     row = {"key": "-/axpby", "name": "axpby", "level": "-", "correct": False, "tier": -1}
     row["error"] = "[stock-1] the candidate hides a failing kernel behind a fallback path " * 3

@@ -478,7 +478,7 @@ class Evaluator:
         if not reply.get("ok", False):
             v.reject("FORWARD_RAISED", f"[cpu-time] ModelNew.forward raised {reply.get('error')}")
             return
-        split = sampler.split([str(p) for p in handin.libraries()])
+        split = sampler.split([str(p) for p in handin.libraries()], calls=int(reply.get("calls", 1)))
         v.cpu_time = {**split.to_dict(), "described": split.describe()}
         why = attribution.judge(split)
         if why:

@@ -50,12 +50,17 @@ def test_honest_kernels_do_their_own_work(runner, name):
 def test_the_rule_counts_the_interpreter_and_the_c_runtime_on_neither_side():
     split = attribution.Split({"own": 0.10, "python": 0.30, "runtime": 0.20, "torch": 0.05}, samples=2600)
     assert split.own_share == pytest.approx(0.10 / 0.15) and attribution.judge(split) is None
-    busy = attribution.Split({"own": 0.01, "blas": 0.2, "python": 0.05}, samples=1000, top=[("libopenblas.so", 0.2)])
+    busy = attribution.Split(
+        {"own": 0.01, "blas": 0.2, "python": 0.05}, samples=1000, top=[("libopenblas.so", 0.2)], calls=100
+    )
     assert "libopenblas.so" in attribution.judge(busy)
-    helper = attribution.Split({"own": 0.10}, samples=400, unsampled_s=0.3)  # the work handed to another process
+    helper = attribution.Split({"own": 0.10}, samples=400, unsampled_s=0.3, calls=50)  # work in another process
     assert attribution.judge(helper) is not None
     few = attribution.Split({"blas": 0.005}, samples=20)
     assert attribution.judge(few) is None  # too little to tell
+    # a tiny task's forward: the dispatcher and allocator of its allowed calls outweigh an honest kernel, 30 us a call
+    overhead = attribution.Split({"own": 0.02, "torch": 0.06, "python": 0.2}, samples=1100, calls=2000)
+    assert overhead.own_share < 0.5 and attribution.judge(overhead) is None
 
 
 @pytest.mark.parametrize(

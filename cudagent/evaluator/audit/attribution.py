@@ -13,6 +13,9 @@ neither arms nor sees the sampling, and its memory map (read from /proc by this 
 sample fell in. The rule (`judge`): most of the time forward spends computing must be in the candidate's own
 libraries (its hand-in), not in libtorch, a BLAS, NumPy or code with no file; the Python interpreter and the C
 runtime (libc, libm, libstdc++, OpenMP's runtime) are overhead that no kernel avoids and count on neither side.
+What a call spends elsewhere must also amount to work, FOREIGN_WORK_S a call at least: the dispatcher and the
+allocator of a forward's allowed metadata and allocation calls cost tens of microseconds, which on a tiny task
+outweigh an honest kernel without doing any of its work (ops that compute are the op recorder's to refuse).
 The CPU time of other processes it started (work handed to a helper) counts as foreign; its own time in the
 kernel (page faults of fresh outputs, system calls) counts on neither side.
 """
@@ -31,6 +34,7 @@ from cudagent.procs import cpu_seconds, process_tree
 SAMPLE_PERIOD_NS = 250_000  # a sample each quarter millisecond of a thread's CPU time
 MIN_SAMPLES = 40  # fewer samples of computing code than this: too little to judge
 OWN_SHARE_REQUIRED = 0.5  # of the time spent computing (own and foreign code)
+FOREIGN_WORK_S = 200e-6  # foreign time a call must spend before it counts as doing the work, not as overhead
 KINDS = ("own", "torch", "blas", "numpy", "python", "runtime", "no file", "other")
 FOREIGN = ("torch", "blas", "numpy", "no file", "other")
 
@@ -80,6 +84,7 @@ class Split:
     unsampled_s: float = 0.0  # CPU time of the other processes the candidate's process started
     kernel_s: float = 0.0  # its own time in the kernel: page faults, system calls (not sampled)
     top: list[tuple[str, float]] = field(default_factory=list)  # the libraries that held the most time
+    calls: int = 1  # forward calls while sampled
 
     @property
     def computing_s(self) -> float:
@@ -98,6 +103,7 @@ class Split:
             "kernel_s": round(self.kernel_s, 4),
             "own_share_of_computing": None if share is None else round(share, 3),
             "top": [[name, round(s, 4)] for name, s in self.top],
+            "calls": self.calls,
         }
 
     def describe(self) -> str:
@@ -178,7 +184,7 @@ class Sampler:
             os.close(fd)
         self.events = []
 
-    def split(self, own_files: list[str]) -> Split:
+    def split(self, own_files: list[str], calls: int = 1) -> Split:
         """The sampled time by kind of code; `own_files`: the candidate's own libraries (its hand-in's), known by
         their device and inode (the process may see them under another path, inside its jail)."""
         own = set()
@@ -203,6 +209,7 @@ class Sampler:
             unsampled_s=max(0.0, tree - own_process),
             kernel_s=max(0.0, own_process - sampled),
             top=top,
+            calls=calls,
         )
 
 
@@ -233,6 +240,8 @@ def judge(split: Split) -> str | None:
     share = split.own_share
     if share is None or computing_samples < MIN_SAMPLES or share >= OWN_SHARE_REQUIRED:
         return None
+    if (split.computing_s - split.seconds.get("own", 0.0)) / max(1, split.calls) < FOREIGN_WORK_S:
+        return None  # overhead, not work (see the module's note)
     foreign = {k: split.seconds.get(k, 0.0) for k in FOREIGN if split.seconds.get(k)}
     if split.unsampled_s > 0:
         foreign["unsampled (other processes)"] = split.unsampled_s
