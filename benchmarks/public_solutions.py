@@ -54,16 +54,25 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900)
     args = parser.parse_args()
     folders = sorted(p for p in args.root.iterdir() if (p / "task.py").is_file() and (p / "model_new.py").is_file())
+    rows = []
+    # each verdict printed and kept as it comes, so that a run cut short still leaves what it judged
     with cf.ThreadPoolExecutor(args.jobs) as pool:
-        rows = list(pool.map(lambda f: check(f, args.timing, args.timeout), folders))
+        for done in cf.as_completed([pool.submit(check, f, args.timing, args.timeout) for f in folders]):
+            rows.append(done.result())
+            print(f"done: {_line(rows[-1])}", flush=True)
+            if args.out:
+                args.out.write_text(json.dumps(sorted(rows, key=lambda r: r["name"]), indent=1) + "\n")
+    rows.sort(key=lambda r: r["name"])
     accepted = [r for r in rows if r.get("correct")]
     print(f"{len(rows)} solutions: {len(accepted)} accepted, {len(rows) - len(accepted)} rejected")
     for r in rows:
-        verdict = "accepted" if r.get("correct") else "rejected"
-        detail = ", ".join(r.get("codes") or []) or (r.get("error") or "")[:120]
-        print(f"{r['name']:<24} {verdict:<9} tier {r.get('tier')!s:>2}  {detail}")
-    if args.out:
-        args.out.write_text(json.dumps(rows, indent=1) + "\n")
+        print(_line(r))
+
+
+def _line(r: dict) -> str:
+    verdict = "accepted" if r.get("correct") else "rejected"
+    detail = ", ".join(r.get("codes") or []) or (r.get("error") or "")[:120]
+    return f"{r['name']:<24} {verdict:<9} tier {r.get('tier')!s:>2}  {detail}"
 
 
 if __name__ == "__main__":

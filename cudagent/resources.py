@@ -39,3 +39,26 @@ def cache_dir() -> Path:
     path = Path(root)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def cached_names(kind: str, key: str, make) -> frozenset[str]:
+    """A set of names computed once per machine and key (a calibration: the link audit's baseline symbols, the
+    macros' machinery) and kept in the cache as `<kind>/<key>.json`; `make(scratch)` computes it in a scratch folder
+    of the cache, which is removed after. Written whole or not at all."""
+    import json
+    import tempfile
+
+    root = cache_dir() / kind
+    cached = root / f"{key}.json"
+    if cached.is_file():
+        try:
+            return frozenset(json.loads(cached.read_text()))
+        except (OSError, ValueError):
+            pass
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root) as scratch:
+        names = sorted(make(Path(scratch)))
+        tmp = Path(scratch) / "names.json"
+        tmp.write_text(json.dumps(names))
+        os.replace(tmp, cached)
+    return frozenset(names)

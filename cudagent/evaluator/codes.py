@@ -80,6 +80,7 @@ CODES: dict[str, str] = {
     "KERNEL_THIRD_PARTY": "a kernel source includes or links a library other than CUDA, cuBLAS, cuDNN, torch and the "
     "C++ standard library",
     "KERNEL_EMBEDS_PYTHON": "a kernel source calls into Python (pybind11 import/eval/exec/attr, the Python C API)",
+    "KERNEL_NOT_PREPROCESSED": "what the preprocessor made of a kernel source could not be read, so it was not audited",
     "KERNEL_FORBIDDEN_SYMBOL": "the compiled extension links against a function outside the API kernels may use",
     # --- infrastructure ---
     "INFRA_TAMPERED": "the candidate changed the workspace's fixed files during evaluation",

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 
 import cudagent.evaluator.audit.attribution as attribution
+import cudagent.evaluator.audit.expanded_scan as expanded_scan
 import cudagent.evaluator.jail.confine as confine
 import cudagent.evaluator.jail.level as jail_level
 import cudagent.evaluator.jail.privileges as isolation
@@ -331,6 +332,7 @@ class Evaluator:
                 child = self._keep_as_spare(child)  # it was sent nothing: the next evaluation's process
                 return self._finish(v, t0)
             handin.seal()
+            self._expanded_audit(build, v)
             extension = self._link_audit(handin, v)
             if v.violations:
                 child = self._keep_as_spare(child)
@@ -441,6 +443,19 @@ class Evaluator:
     def _phase(self, what: str) -> None:
         if self.options.on_phase is not None:
             self.options.on_phase(what)
+
+    def _expanded_audit(self, build: BuildResult, v: Verdict) -> None:
+        """The candidate's C++ and CUDA as the preprocessor left them, judged by the source scan's rules
+        (audit/expanded_scan.py): a name a macro spells is seen."""
+        if not self.options.audit_static or not build.expanded:
+            return
+        t0 = time.monotonic()
+        tc = toolchain_for(self.device)
+        machinery = lambda compiler: expanded_scan.machinery_for_toolchain(tc, compiler)  # noqa: E731
+        for expansion in build.expanded:
+            for violation in expanded_scan.scan(expansion, machinery):
+                v.reject(violation.code, violation.message)
+        v.seconds["expanded_audit"] = round(time.monotonic() - t0, 3)
 
     def _link_audit(self, handin: HandIn, v: Verdict) -> Extension | None:
         """Read what the handed-in libraries (exactly what the candidate's process will load) define and link

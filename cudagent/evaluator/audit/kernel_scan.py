@@ -11,16 +11,18 @@ of the built library (link_audit.py) and at run time.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from cudagent.evaluator.verdict import Violation
 
-# at::/torch:: functions an extension may call: allocation and option/metadata helpers.
+# at::/torch:: functions an extension may call: allocation and option/metadata helpers, load_inline's binding wrapper.
 ALLOWED_FUNCS = frozenset(
     "empty empty_like empty_strided zeros zeros_like ones ones_like full full_like from_blob dtype device layout "
     "requires_grad memory_format ceil_div "
     "irange parallel_for get_num_threads elementSize toString typeMetaToScalarType numeric_limits acc_type "
-    "opmath_type isFloatingType isComplexType isIntegralType isReducedFloatingType check str".split()
+    "opmath_type isFloatingType isComplexType isIntegralType isReducedFloatingType check str "
+    "wrap_pybind_function".split()
 )
 CUDA_ALLOWED = frozenset(
     "getCurrentCUDAStream getDefaultCUDAStream getCurrentCUDABlasHandle getCurrentCUDABlasLtHandle "
@@ -190,25 +192,43 @@ def scan_cpp(text: str, where: str) -> list[Violation]:
     found: list[Violation] = []
     code_text = strip_comments_and_strings(text)
 
-    def line_of(pos: int) -> int:
-        return code_text.count("\n", 0, pos) + 1
-
     def add(code: str, pos: int, message: str) -> None:
-        loc = f"{where}:{line_of(pos)}" if ":" not in where else where
+        loc = f"{where}:{code_text.count(chr(10), 0, pos) + 1}" if ":" not in where else where
         found.append(Violation(code, f"{loc}: {message}"))
 
-    for m in _QUALIFIED.finditer(code_text):
-        verdict = _judge_qualified(m.group(1), [p.strip() for p in m.group(2).split("::")])
-        if verdict:
-            add(verdict[0], m.start(), f"`{m.group(0).replace(' ', '')}` {verdict[1]}")
-    for code, pattern, advice in _RULES:
-        for m in pattern.finditer(code_text):
-            add(code, m.start(), f"`{m.group(0).strip()}`: {advice}")
+    for match in rule_matches(code_text):
+        add(match.code, match.start, match.message)
     for m in _INCLUDE.finditer(text):
         problem = _judge_include(m.group(1), m.group(2))
         if problem:
             add("KERNEL_THIRD_PARTY", m.start(), problem)
     return found
+
+
+@dataclass(frozen=True)
+class RuleMatch:
+    code: str
+    start: int
+    end: int
+    text: str  # what matched, as written
+    message: str
+
+
+def rule_matches(code_text: str) -> list[RuleMatch]:
+    """What the rules find in code whose comments and strings are blanked (strip_comments_and_strings): qualified
+    at::/torch::/c10:: names and the token rules, in order of position. The raw source and the source after
+    preprocessing (expanded_scan.py) are judged by these same rules."""
+    found = []
+    for m in _QUALIFIED.finditer(code_text):
+        verdict = _judge_qualified(m.group(1), [p.strip() for p in m.group(2).split("::")])
+        if verdict:
+            text = m.group(0).replace(" ", "")
+            found.append(RuleMatch(verdict[0], m.start(), m.end(), text, f"`{text}` {verdict[1]}"))
+    for code, pattern, advice in _RULES:
+        for m in pattern.finditer(code_text):
+            text = m.group(0).strip()
+            found.append(RuleMatch(code, m.start(), m.end(), text, f"`{text}`: {advice}"))
+    return sorted(found, key=lambda r: r.start)
 
 
 def _judge_qualified(ns: str, parts: list[str]) -> tuple[str, str] | None:

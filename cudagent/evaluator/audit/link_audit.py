@@ -6,8 +6,11 @@ macro), every function the extension takes from another library is an undefined 
 each must belong to the API a kernel may use:
 
 - the C++ runtime and the C library's memory, string, math and printing functions;
-- the Python C API, pybind11 and torch's tensor caster (the module glue every extension has; calling Python from
-  C++ is caught by the source scan and by the runtime audit);
+- pybind11 and torch's tensor caster (the module glue every extension has), and of the Python C API only what
+  the baseline binding (functions taking and giving tensors, lists, tuples, optionals, numbers, strings) links
+  against: a symbol beyond it (`PyRun_*`, `PyImport_*`, `PyMemoryView_*`) is KERNEL_EMBEDS_PYTHON. Calls of the
+  baseline's own Python symbols from the candidate's code are the preprocessed scan's to find
+  (expanded_scan.py), and the runtime audit's;
 - c10 and ATen for allocation, tensor metadata, errors, devices and streams, and `at::_ops::<op>::call` exactly
   for the operators the runtime policy allows (op_policy.py), `torch::Library` for registering operators;
 - the CUDA runtime (not its stream, event, graph, IPC or device-reset calls), cuBLAS, cuBLASLt, cuDNN, OpenMP.
@@ -119,7 +122,7 @@ _ALLOWED_C = frozenset(
     "pthread_cond_broadcast pthread_cond_signal sched_yield qsort bsearch abs labs llabs isnan isinf".split()
 )
 _ALLOWED_C_PREFIX = re.compile(
-    r"^(?:_?Py|THP|__cxa_|_Unwind_|_ITM_|__cuda|__fatbinwrap|__nv_|cublas|cudnn|omp_|GOMP_|__kmpc_|__isoc99_)"
+    r"^(?:__cxa_|_Unwind_|_ITM_|__cuda|__fatbinwrap|__nv_|cublas|cudnn|omp_|GOMP_|__kmpc_|__isoc99_)"
 )
 # CUDA runtime calls that are not allowed, by reason; every other cuda* call is.
 _CUDA_DENIED: list[tuple[re.Pattern, str]] = [
@@ -148,6 +151,9 @@ _C_DENIED: list[tuple[re.Pattern, str]] = [
         ),
         "KERNEL_THIRD_PARTY",
     ),
+    # the Python C API beyond what the baseline binding takes (its argument and result conversions, the module's
+    # init): running code, importing, building objects over memory
+    (re.compile(r"^(?:_?Py|THP)"), "KERNEL_EMBEDS_PYTHON"),
     (re.compile(r"^(?:pthread_create|clone3?|thrd_create|pthread_detach)$"), "KERNEL_THREAD"),
     (
         re.compile(
@@ -186,6 +192,8 @@ _ADVICE = {
     "KERNEL_STREAM": "launch every kernel on the caller's stream: c10::cuda::getCurrentCUDAStream()",
     "KERNEL_DEVICE_STATE": "the device's state may not be reset or reconfigured, and other processes' memory may "
     "not be opened",
+    "KERNEL_EMBEDS_PYTHON": "the Python C API beyond what binding functions with m.def needs; an extension may "
+    "not call into Python: compute in kernels",
     "KERNEL_FORBIDDEN_SYMBOL": "outside the API an extension may use (allocation and metadata from c10/ATen, the "
     "C and C++ runtimes, CUDA, cuBLAS, cuDNN, OpenMP)",
 }
@@ -387,7 +395,28 @@ static torch::Tensor baseline_op(torch::Tensor x) {
     return out;
 }
 
-static void register_ops(pybind11::module& m) { m.def("baseline_op", &baseline_op, py::arg("x")); }
+// What a binding may take and give (pybind11's and torch's conversions): lists, tuples, optionals, numbers,
+// strings, defaults, a released GIL, torch's error translation as load_inline binds. Python symbols beyond what
+// these need are refused by the link audit.
+static std::tuple<torch::Tensor, torch::Tensor> baseline_pair(torch::Tensor x, std::optional<torch::Tensor> y) {
+    return {x, y.has_value() ? *y : x};
+}
+static std::vector<torch::Tensor> baseline_list(const std::vector<torch::Tensor>& xs, std::vector<int64_t> sizes,
+                                                double scale, int64_t n, bool flag, std::string mode,
+                                                std::optional<int64_t> dim, c10::optional<double> eps,
+                                                at::IntArrayRef shape, c10::ScalarType dtype) {
+    TORCH_CHECK(flag || !mode.empty() || scale > 0 || n > 0 || !sizes.empty() || dim || eps || shape.size() ||
+                    dtype == at::kFloat, "unused");
+    return xs;
+}
+
+static void register_ops(pybind11::module& m) {
+    m.def("baseline_op", &baseline_op, py::arg("x"));
+    m.def("baseline_pair", &baseline_pair, "doc", py::arg("x"), py::arg("y") = py::none(),
+          py::call_guard<py::gil_scoped_release>());
+    m.def("baseline_list", &baseline_list);
+    m.def("baseline_wrapped", torch::wrap_pybind_function(baseline_op), "as load_inline binds");
+}
 
 REGISTER_BINDING(baseline_ops, register_ops);
 """
@@ -441,11 +470,9 @@ def baseline_symbols(device) -> frozenset[str]:
     """The undefined symbols of a baseline extension built with this device's toolchain; cached per toolchain."""
     import hashlib
     import json
-    import os
-    import tempfile
 
     from cudagent.evaluator.build.extension import build_workspace, toolchain_for
-    from cudagent.resources import cache_dir
+    from cudagent.resources import cached_names
     from cudagent.workspace import Workspace, infrastructure
 
     tc = toolchain_for(device)
@@ -458,16 +485,9 @@ def baseline_symbols(device) -> frozenset[str]:
     }
     key_text = json.dumps([device.cache_key(), tc.cxx, tc.nvcc, tc.arch, cpp, _BASELINE_CU, infrastructure()])
     key = hashlib.sha256(key_text.encode()).hexdigest()[:20]
-    root = cache_dir() / "link-baseline"
-    cached = root / f"{key}.json"
-    if cached.is_file():
-        try:
-            return frozenset(json.loads(cached.read_text()))
-        except (OSError, ValueError):
-            pass
-    root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=root) as scratch:
-        ws = Workspace.create(Path(scratch) / "ws", "")
+
+    def make(scratch: Path) -> tuple[str, ...]:
+        ws = Workspace.create(scratch / "ws", "")
         (ws.kernels_dir / "baseline.cpp").write_text(cpp)
         if tc.cuda:
             (ws.kernels_dir / "baseline.cu").write_text(_BASELINE_CU)
@@ -477,8 +497,6 @@ def baseline_symbols(device) -> frozenset[str]:
                 "the baseline extension that calibrates the link audit did not build; the toolchain is broken:\n"
                 + result.errors[:2000]
             )
-        symbols = inspect_library(result.library).undefined
-        tmp = Path(scratch) / "symbols.json"
-        tmp.write_text(json.dumps(sorted(symbols)))
-        os.replace(tmp, cached)
-    return frozenset(symbols)
+        return inspect_library(result.library).undefined
+
+    return cached_names("link-baseline", key, make)

@@ -46,10 +46,12 @@ def _build_inline(
     start = time.monotonic()
     specs, left = inline.extract(handin.path.joinpath("model_new.py").read_text(errors="replace"))
     recompiled: list[str] = []
+    expanded = []
 
     def build(spec) -> BuildResult | None:
         built = inline.build(spec, device, timeout_s, jail)
         recompiled.extend(f"{spec.name}/{name}" for name in built.recompiled)
+        expanded.extend(built.expanded)
         if not built.ok:
             built.seconds = time.monotonic() - start
             built.errors = f"load_inline(name={spec.name!r}): {built.errors}"
@@ -74,4 +76,4 @@ def _build_inline(
             failed = build(spec)
             if failed:
                 return failed
-    return BuildResult(True, time.monotonic() - start, recompiled=recompiled)
+    return BuildResult(True, time.monotonic() - start, recompiled=recompiled, expanded=expanded)

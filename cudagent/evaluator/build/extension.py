@@ -27,6 +27,8 @@ from pathlib import Path
 
 from cudagent.device.info import DeviceInfo
 from cudagent.errors import EnvironmentProblem
+from cudagent.evaluator.audit.expanded_scan import Expansion, OwnFile
+from cudagent.evaluator.build import expanded
 from cudagent.evaluator.jail.compiler import build_env, jailed_build
 from cudagent.evaluator.jail.level import Jail
 from cudagent.procs import Limits, physical_memory_bytes, run_bounded
@@ -62,6 +64,8 @@ class BuildResult:
     log: str = ""  # the whole (bounded) compiler output
     timed_out: bool = False
     restored: list[str] = field(default_factory=list)  # fixed files that had been changed and were restored
+    # what the preprocessor made of each unit, for the audit (audit/expanded_scan.py); not part of to_dict
+    expanded: list[Expansion] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
@@ -173,6 +177,10 @@ def build_workspace(
     )
     result.restored = restored
     result.recompiled = [s.removeprefix(WS_LINK + os.sep) for s in result.recompiled]
+    if result.ok:
+        seen_as = lambda src: os.path.join(WS_LINK, os.path.relpath(src, ws.root))  # noqa: E731
+        own = {seen_as(p): OwnFile(os.path.relpath(p, ws.root)) for p in ws.kernel_sources()}
+        result.expanded = expansions(ws.build_dir, units, own, source_name=seen_as)
     if not result.ok and not tc.cuda and re.search(r"cuda_runtime\.h|c10/cuda/|ATen/cuda/|cublas|cudnn\.h", result.log):
         result.errors = (
             "these kernels include CUDA headers, but this is a CPU build (--device cpu, or no GPU here): "
@@ -234,7 +242,8 @@ def run_ninja(
         {"NINJA_STATUS": "[%f/%t] ", "PYTHONPATH": str(PACKAGE_DIR.parent), "CUDAGENT_CACHE_DIR": str(cache_dir())},
         str(scratch),
     )
-    jobs = str(max(1, min(len(units), os.cpu_count() or 1)))
+    edges = len(units) + sum(unit.rule == "nvcc" for unit in units)  # a CUDA unit's preprocessing runs beside it
+    jobs = str(max(1, min(edges, os.cpu_count() or 1)))
     writable = [str(folder), *(str(c) for c in caches)]
     reads = [*toolchain_paths(tc), *(read or [])]
     command = jailed_build([ninja, "-C", str(folder), "-j", jobs], jail, reads, writable, str(folder))
@@ -314,6 +323,11 @@ def _ninja_text(tc: Toolchain, units: list[Unit], flags: tuple, target: str, sou
             "  depfile = $out.d",
             "  deps = gcc",
             "  description = NVCC $in",
+            # what the audit reads of a CUDA unit (build/expanded.py): nvcc's preprocessor, beside the compile
+            f"expand = {shlex.quote(sys.executable)} -m cudagent.evaluator.build.expanded",
+            "rule nvcc_expand",
+            "  command = $expand $nvcc $nvcc_flags -E $in -o $out",
+            "  description = EXPAND $in",
         ]
     lines += [
         f"ldflags = {' '.join(ldflags)}",
@@ -321,15 +335,39 @@ def _ninja_text(tc: Toolchain, units: list[Unit], flags: tuple, target: str, sou
         "  command = $cxx $in $ldflags -o $out",
         "  description = LINK $out",
     ]
-    objects = []
+    objects, expansions = [], []
     for unit in units:
         rel = source_name(unit.source)
-        obj = "obj/" + object_name(unit.source).replace(os.sep, "__") + ".o"
-        lines.append(f"build {obj}: {unit.rule} {_ninja_escape(rel)}")
+        obj = object_path(unit, object_name)
         objects.append(obj)
-    lines.append(f"build {target}: link {' '.join(objects)}")
+        expansions.append(obj + expanded.SUFFIX)
+        if unit.rule == "nvcc":  # after the object: a header that changes rebuilds the object, then this
+            lines.append(f"build {obj}: {unit.rule} {_ninja_escape(rel)}")
+            lines.append(f"build {obj}{expanded.SUFFIX}: nvcc_expand {_ninja_escape(rel)} | {obj}")
+        else:  # the compiler cache step writes it beside the object: an output of the same edge
+            lines.append(f"build {obj} | {obj}{expanded.SUFFIX}: {unit.rule} {_ninja_escape(rel)}")
+    lines.append(f"build {target}: link {' '.join(objects)} | {' '.join(expansions)}")
     lines.append(f"default {target}")
     return "\n".join(lines) + "\n"
+
+
+def expansions(folder: Path, units: list[Unit], own: dict[str, OwnFile], source_name) -> list[Expansion]:
+    """The preprocessed text of every unit the build made (build/expanded.py), with the candidate's files in it."""
+    object_name = lambda src: source_name(src).removeprefix(WS_LINK + os.sep)  # noqa: E731
+    return [
+        Expansion(
+            str(folder / (object_path(unit, object_name) + expanded.SUFFIX)),
+            unit.rule,
+            own,
+            unit=os.path.normpath(source_name(unit.source)),
+        )
+        for unit in units
+    ]
+
+
+def object_path(unit: Unit, object_name) -> str:
+    """Where build.ninja puts a unit's object, relative to the build folder (its preprocessed text beside it)."""
+    return "obj/" + object_name(unit.source).replace(os.sep, "__") + ".o"
 
 
 def _ninja_escape(path: str) -> str:

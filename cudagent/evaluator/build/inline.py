@@ -138,6 +138,21 @@ class InlineSpec:
             lines.append("}")
         return "\n".join(lines)
 
+    def own_lines(self):
+        """The candidate's lines in main.cpp and cuda.cu (the rest is what load_inline writes around them), for the
+        audit of the preprocessed sources (audit/expanded_scan.py)."""
+        from cudagent.evaluator.audit.expanded_scan import OwnFile
+
+        def span(sources: tuple[str, ...], first: int, what: str) -> OwnFile:
+            count = sum(s.count("\n") + 1 for s in sources)
+            return OwnFile(f"load_inline({self.name!r}) {what}", first, first + count - 1)
+
+        implicit = 0 if self.no_implicit_headers else 1
+        own = {"main.cpp": span(self.cpp_sources, 1 + implicit, "cpp_sources")}
+        if self.cuda_sources:
+            own["cuda.cu"] = span(self.cuda_sources, 1 + 3 * implicit, "cuda_sources")
+        return own
+
     def cuda_cu(self) -> str | None:
         """cuda.cu as load_inline writes it, or None without CUDA sources."""
         if not self.cuda_sources:
@@ -331,6 +346,7 @@ def build(spec: InlineSpec, device: DeviceInfo, timeout_s: float, jail=None):
     from cudagent.evaluator.build.extension import (
         BuildResult,
         Unit,
+        expansions,
         run_ninja,
         summarize_output,
         toolchain_for,
@@ -377,7 +393,7 @@ def build(spec: InlineSpec, device: DeviceInfo, timeout_s: float, jail=None):
         if not any(f.startswith("-std=") for f in spec.extra_cuda_cflags):
             nvcc_flags.append("-std=c++20")
         ldflags = ["-shared", *spec.extra_ldflags, *ldflags]
-        return run_ninja(
+        built = run_ninja(
             tc,
             folder,
             units,
@@ -389,6 +405,9 @@ def build(spec: InlineSpec, device: DeviceInfo, timeout_s: float, jail=None):
             jail=jail,
             read=list(spec.extra_include_paths),
         )
+    if built.ok:
+        built.expanded = expansions(folder, units, spec.own_lines(), source_name=lambda src: src.name)
+    return built
 
 
 def _write(path: Path, text: str) -> Path:

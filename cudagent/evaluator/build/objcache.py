@@ -12,7 +12,8 @@ workspace compiled the same text before.
 On a miss, a unit whose first line includes a torch header compiles with a precompiled header of it (pch.py) from
 the second such miss on. Only g++-style units go through it (not nvcc: its device pass sees code the host
 preprocessor drops). Preprocessing costs a second or two for a unit that includes torch; on a miss that comes on
-top of the compile. Entries live
+top of the compile. The preprocessed text is also what the audit reads of the unit: its own part is written beside
+the object (expanded.py), whether the cache is used or not. Entries live
 under the cache directory (`objects/`), like the baseline timings: as trusted as the user account they belong to.
 CUDAGENT_BUILD_CACHE=0 compiles every unit. The cache keeps to CUDAGENT_BUILD_CACHE_MAX_GB (default 8): now and
 then a store removes the least recently used entries.
@@ -30,6 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from cudagent.evaluator.build import expanded
 from cudagent.evaluator.build.pch import PchStore
 
 DISABLE_ENV = "CUDAGENT_BUILD_CACHE"
@@ -69,16 +71,19 @@ def _compiler_identity(compiler: str) -> list:
         return [path]
 
 
-def cache_key(argv: list[str]) -> str | None:
-    """The unit's key, or None when it cannot be preprocessed (the compile then reports why)."""
+def preprocess(argv: list[str]) -> bytes | None:
+    """The unit as the preprocessor leaves it, or None when it cannot be preprocessed (the compile then says why)."""
     command = _preprocess_command(argv)
     if command is None:
         return None
     proc = subprocess.run(command, capture_output=True)
-    if proc.returncode != 0:
-        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def cache_key(argv: list[str], preprocessed: bytes) -> str:
+    """The unit's key: the compiler, the command line and the preprocessed text."""
     digest = hashlib.sha256(json.dumps([_compiler_identity(argv[0]), argv]).encode())
-    digest.update(proc.stdout)
+    digest.update(preprocessed)
     return digest.hexdigest()
 
 
@@ -89,7 +94,10 @@ def _entry(root: Path, key: str) -> Path:
 def compile_unit(argv: list[str], root: Path) -> int:
     """Compile (or copy from the cache) one unit; the compiler's exit status. Writes what the compiler printed."""
     out, dep = _value_after(argv, "-o"), _value_after(argv, "-MF")
-    key = cache_key(argv) if out and os.environ.get(DISABLE_ENV) != "0" else None
+    preprocessed = preprocess(argv) if out else None
+    if preprocessed is not None:  # what the audit reads of the unit (expanded.py), cached or not
+        expanded.write_beside(out, preprocessed)
+    key = cache_key(argv, preprocessed) if preprocessed is not None and os.environ.get(DISABLE_ENV) != "0" else None
     entry = _entry(root, key) if key else None
     if entry is not None and (entry / "object.o").is_file():
         try:
