@@ -42,6 +42,19 @@ def hotspots(
         help="Turn the first N spots into task files (tasks/ beside the table), each at its inputs with the model's "
         "weights and validated; `cudagent optimize` takes each of them. Alike modules share one task and count once.",
     ),
+    dtype: str = typer.Option(
+        None,
+        help="Run the model in this dtype (bfloat16, float16, float32): its floating weights and inputs, as users run "
+        "models.",
+        show_default=False,
+    ),
+    regions: bool = typer.Option(
+        False,
+        "--regions",
+        help="Rank fusion regions instead (a GEMM or convolution with its epilogue, a norm with its residual, gated "
+        "products, attention), found in the model's graph (torch.export) and each measured alone; --tasks then "
+        "writes the first N region kinds as tasks.",
+    ),
     out: Path = typer.Option(
         None, help="Where hotspots.json, hotspots.md and hotspots.png go (default: hotspots/ in cudagent's home)."
     ),
@@ -58,7 +71,11 @@ def hotspots(
         raise typer.BadParameter("must be positive", param_hint="--iterations / --top / --tasks")
     dev = resolve_device(device)
     user = load_user_model(target, module, inputs, init, example, hf)
-    model, args, kwargs = user.make(seed=0, device=dev.kind)
+    if dtype not in (None, "float32", "bfloat16", "float16"):
+        raise typer.BadParameter("one of float32, bfloat16, float16", param_hint="--dtype")
+    model, args, kwargs = user.make(seed=0, device=dev.kind, dtype=dtype)
+    if regions:
+        _regions(user, model, args, kwargs, dev.kind, top, tasks, out, as_json)
     found = profile_user_model(user, model, args, kwargs, dev.kind, iterations)
     directory = out or Settings.from_env().home / "hotspots" / f"{_stem(user.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
     directory.mkdir(parents=True, exist_ok=True)
@@ -78,6 +95,51 @@ def hotspots(
         for e in record.get("tasks", []):
             said = f"task {e['task']}" if e["task"] else f"no task: {e['reason']}"
             typer.echo(f"spot {e['spot']} ({100 * e['share']:.1f}%): {said}", err=True)
+    raise typer.Exit(int(ExitCode.OK))
+
+
+def _regions(user, model, args, kwargs, device: str, top: int, tasks: int, out: Path | None, as_json: bool) -> None:
+    from cudagent.settings import Settings
+    from cudagent.usermodel.fusion import region_report, region_tasks
+    from cudagent.usermodel.loading import UserModelError
+
+    try:
+        report = region_report(model.eval(), tuple(args), kwargs, device, user.name)
+    except Exception as exc:  # noqa: BLE001  (torch.export's refusal of this model)
+        raise UserModelError(
+            f"{user.name} could not be captured as a graph (torch.export): {str(exc).splitlines()[0][:300]}; "
+            "run without --regions to rank its modules"
+        ) from None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    directory = out or Settings.from_env().home / "hotspots" / f"{_stem(user.name)}-regions-{stamp}"
+    directory.mkdir(parents=True, exist_ok=True)
+    if tasks:
+        region_tasks(report, tasks, directory / "tasks", device)
+    record = {**report.to_dict(), "inputs": user.inputs.text(), "built": user.source}
+    (directory / "regions.json").write_text(json.dumps(record, indent=2) + "\n")
+    rows = report.table(top)
+    lines = ["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * len(rows[0])] + [
+        "| " + " | ".join(r) + " |" for r in rows[1:]
+    ]
+    (directory / "regions.md").write_text(
+        f"# Fusion regions of {user.name} ({report.dtype}, {device})\n\n" + "\n".join(lines) + "\n"
+    )
+    if as_json:
+        typer.echo(json.dumps({**record, "directory": str(directory)}))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"fusion regions of {user.name} on {device} ({report.dtype}, {user.inputs.text()})")
+        for col in rows[0]:
+            table.add_column(col, overflow="fold")
+        for r in rows[1:]:
+            table.add_row(*r)
+        Console(stderr=False).print(table)
+        for k in report.kinds[:tasks]:
+            said = f"task {k.task}" if k.task else f"no task: {k.reason}"
+            typer.echo(f"region {k.first.name} ({100 * k.share:.1f}%): {said}", err=True)
+        typer.echo(f"written to {directory}", err=True)
     raise typer.Exit(int(ExitCode.OK))
 
 

@@ -35,8 +35,9 @@ class UserModel:
     source: str = ""  # how it was built, in words
     notes: list[str] = field(default_factory=list)
 
-    def make(self, seed: int, device: str) -> tuple:
-        """(model on `device`, args, kwargs) with fresh inputs drawn from `seed`."""
+    def make(self, seed: int, device: str, dtype: str | None = None) -> tuple:
+        """(model on `device`, args, kwargs) with fresh inputs drawn from `seed`; `dtype` (bfloat16, float16,
+        float32): the model's floating weights and the floating inputs in it, as users run models."""
         try:
             model = self.build()
         except UserModelError:
@@ -47,7 +48,15 @@ class UserModel:
                 "with --init, e.g. --init '[768, 3072]' or --init \"{'dim': 768}\", or a get_init_inputs() in the file"
             ) from None
         args, kwargs = self.inputs.make(seed, device)
-        return model.to(device).eval(), args, kwargs
+        model = model.to(device).eval()
+        if dtype:
+            import torch
+
+            wanted = getattr(torch, dtype)
+            model = model.to(wanted)
+            cast = lambda v: v.to(wanted) if isinstance(v, torch.Tensor) and v.is_floating_point() else v  # noqa: E731
+            args, kwargs = [cast(a) for a in args], {k: cast(v) for k, v in kwargs.items()}
+        return model, args, kwargs
 
 
 def load_user_model(

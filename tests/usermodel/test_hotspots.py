@@ -185,3 +185,35 @@ def test_alike_modules_that_one_task_serves_count_once_toward_the_top_n(tmp_path
     chosen = {m for e in own for m in e["modules"]}
     assert served and all(e["spot"] in chosen for e in served), record["tasks"]
     assert len(list((out / "tasks").glob("*.py"))) == sum(1 for e in own if e["task"])
+
+
+@pytest.mark.slow
+def test_regions_in_bf16_rank_fused_work_and_become_tasks(tmp_path):
+    out = tmp_path / "r"
+    done = _run(
+        tmp_path,
+        f"{MODEL}:Stack",
+        "--inputs",
+        "x=f32[4,16,64]",
+        "--dtype",
+        "bfloat16",
+        "--regions",
+        "--tasks",
+        "2",
+        "--json",
+        "--out",
+        str(out),
+    )
+    record = _json(done)
+    assert record["dtype"] == "bfloat16" and record["model"].endswith("Stack")
+    kinds = record["kinds"]
+    (mlp,) = [k for k in kinds if k["ops"][:2] == ["linear", "gelu"]]  # fc1 + GELU, one kind for both blocks
+    assert len(mlp["regions"]) == 2, kinds
+    assert any("layer_norm" in k["ops"] and "add" in k["ops"] for k in kinds)  # the residual with the next norm
+    shares = [k["share"] for k in kinds]
+    assert abs(sum(shares) - 1) < 1e-3 and [k["ms"] for k in kinds] == sorted((k["ms"] for k in kinds), reverse=True)
+    tasks = [k["task"] for k in kinds[:2]]
+    assert all(tasks) and len(set(tasks)) == 2, kinds[:2]  # the two kinds that hold the most time
+    text = Path(tasks[0]).read_text()
+    assert "torch.compile" in text and "dtype=torch.bfloat16" in text and "of the model's region time" in text
+    assert (out / "regions.md").read_text().count("| ") > 10

@@ -25,35 +25,13 @@ import json
 import os
 import re
 import subprocess
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudagent.evaluator.audit.kernel_scan import rule_matches, strip_comments_and_strings
-from cudagent.evaluator.build.expanded import MARKER, host_preprocessing
+from cudagent.evaluator.build.expanded import MARKER, Expansion, host_preprocessing
 from cudagent.evaluator.verdict import Violation
 
 CALIBRATION_VERSION = 3
-
-
-@dataclass(frozen=True)
-class OwnFile:
-    """A file of the candidate inside a unit: how messages name it, and the lines of it that are the candidate's
-    (load_inline's main.cpp holds the candidate's sources between lines the build writes)."""
-
-    label: str
-    first_line: int = 1
-    last_line: int = 10**9
-
-
-@dataclass(frozen=True)
-class Expansion:
-    """One unit's preprocessed text (a file the build wrote) and the candidate's files in it, by the name the line
-    markers give them (relative to the build folder, normalized)."""
-
-    path: str
-    compiler: str  # "cxx" or "nvcc": which preprocessor made it (machinery is calibrated per preprocessor)
-    own: dict[str, OwnFile] = field(default_factory=dict)
-    unit: str = ""  # the unit's own source, as the markers name it
 
 
 def read_lines(text: str, names: set[str] | None = None) -> dict[tuple[str, int], list[tuple[str, bool]]]:

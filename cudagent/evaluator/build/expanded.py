@@ -23,9 +23,31 @@ import re
 import shlex
 import subprocess
 import sys
+from dataclasses import dataclass, field
 
 SUFFIX = ".ii"  # what is written beside an object: OBJECT + SUFFIX
 MARKER = re.compile(r'^#\s*(?:line\s+)?(\d+)\s+"((?:[^"\\]|\\.)*)"(.*)$')
+
+
+@dataclass(frozen=True)
+class OwnFile:
+    """A file of the candidate inside a unit: how messages name it, and the lines of it that are the candidate's
+    (load_inline's main.cpp holds the candidate's sources between lines the build writes)."""
+
+    label: str
+    first_line: int = 1
+    last_line: int = 10**9
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """One unit's preprocessed text (a file the build wrote) and the candidate's files in it, by the name the line
+    markers give them (relative to the build folder, normalized)."""
+
+    path: str
+    compiler: str  # "cxx" or "nvcc": which preprocessor made it (machinery is calibrated per preprocessor)
+    own: dict[str, OwnFile] = field(default_factory=dict)
+    unit: str = ""  # the unit's own source, as the markers name it
 
 
 def own_text(preprocessed: str) -> str:

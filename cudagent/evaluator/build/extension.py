@@ -27,8 +27,8 @@ from pathlib import Path
 
 from cudagent.device.info import DeviceInfo
 from cudagent.errors import EnvironmentProblem
-from cudagent.evaluator.audit.expanded_scan import Expansion, OwnFile
 from cudagent.evaluator.build import expanded
+from cudagent.evaluator.build.expanded import Expansion, OwnFile
 from cudagent.evaluator.jail.compiler import build_env, jailed_build
 from cudagent.evaluator.jail.level import Jail
 from cudagent.procs import Limits, physical_memory_bytes, run_bounded

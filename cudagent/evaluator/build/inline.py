@@ -141,7 +141,7 @@ class InlineSpec:
     def own_lines(self):
         """The candidate's lines in main.cpp and cuda.cu (the rest is what load_inline writes around them), for the
         audit of the preprocessed sources (audit/expanded_scan.py)."""
-        from cudagent.evaluator.audit.expanded_scan import OwnFile
+        from cudagent.evaluator.build.expanded import OwnFile
 
         def span(sources: tuple[str, ...], first: int, what: str) -> OwnFile:
             count = sum(s.count("\n") + 1 for s in sources)

@@ -2,7 +2,9 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 # a decoy: literal, audited, never called
-decoy = load_inline(name="decoy_ops", cpp_sources="torch::Tensor noop(torch::Tensor a) { return a; }", functions=["noop"])
+decoy = load_inline(
+    name="decoy_ops", cpp_sources="torch::Tensor noop(torch::Tensor a) { return a; }", functions=["noop"]
+)
 
 SOURCE = """
 #include <torch/extension.h>

@@ -1,0 +1,147 @@
+"""Whether regions put back make the model faster in the mode the user runs it, and which of them to keep.
+
+    proof = prove_regions(model, args, kwargs, program, chosen, mode="compile", device="cuda")
+
+`chosen` maps a name to (region, op) (putback.register_region with the region's kernel). Each region is tried
+alone first: the model's graph with only that region replaced, timed in `mode` (eager, or torch.compile of the
+patched graph) against the original in the same mode; a region is kept only if it makes the model faster there by
+more than `margin`. The kept regions are then put back together and the four variants timed (original and patched,
+eager and compiled): what a user gets, in both modes, whatever the mode asked. Timings are medians of `calls` calls
+after warm-up (CUDA events on the GPU), each variant built once; compiled variants are compiled before they are
+timed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+
+def timed(fn, args: tuple, kwargs: dict | None = None, calls: int = 20, cuda: bool = False, warmup: int = 3) -> float:
+    """Median milliseconds of fn(*args, **kwargs) over `calls` calls after `warmup` (CUDA events when `cuda`)."""
+    import torch
+
+    kwargs = kwargs or {}
+    times = []
+    with torch.no_grad():
+        for _ in range(warmup):
+            fn(*args, **kwargs)
+        for _ in range(calls):
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn(*args, **kwargs)
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+            else:
+                t0 = time.perf_counter()
+                fn(*args, **kwargs)
+                times.append(1000 * (time.perf_counter() - t0))
+    return statistics.median(times)
+
+
+@dataclass
+class RegionProof:
+    mode: str
+    ms: dict[str, float] = field(default_factory=dict)  # original_eager, patched_eager, original_compiled, ...
+    kept: list[str] = field(default_factory=list)
+    dropped: dict[str, str] = field(default_factory=dict)  # name -> why
+    alone: dict[str, float] = field(default_factory=dict)  # name -> the model's time in `mode` with it alone put back
+
+    def speedup(self, mode: str) -> float | None:
+        a, b = self.ms.get(f"original_{mode}"), self.ms.get(f"patched_{mode}")
+        return a / b if a and b else None
+
+    def to_dict(self) -> dict:
+        return {
+            "mode": self.mode,
+            "ms": {k: round(v, 4) for k, v in self.ms.items()},
+            "kept": self.kept,
+            "dropped": self.dropped,
+            "alone": {k: round(v, 4) for k, v in self.alone.items()},
+            "speedup": {m: self.speedup(m) for m in ("eager", "compiled")},
+        }
+
+
+def prove_regions(
+    model,
+    args,
+    kwargs,
+    program,
+    chosen: dict,
+    mode: str = "compile",
+    device: str = "cpu",
+    calls: int = 20,
+    margin: float = 0.01,
+) -> RegionProof:
+    import torch
+
+    from cudagent.usermodel.putback import rewrite
+
+    if mode not in ("eager", "compile"):
+        raise ValueError(f"mode must be eager or compile, not {mode!r}")
+    cuda = device.startswith("cuda")
+    args, kwargs = tuple(args), dict(kwargs or {})
+    proof = RegionProof(mode)
+    variant = "compiled" if mode == "compile" else "eager"
+
+    def run_as(module):
+        if mode == "compile":
+            torch._dynamo.reset()
+            return torch.compile(module)
+        return module
+
+    with torch.no_grad():
+        expected = _tensors(model(*args, **kwargs))
+    original = timed(run_as(model), args, kwargs, calls, cuda)
+    proof.ms[f"original_{variant}"] = original
+    for name, entry in chosen.items():
+        patched_one = rewrite(program, {name: entry})
+        wrong = _differs(patched_one, args, kwargs, expected)
+        if wrong:
+            proof.dropped[name] = f"the model's outputs changed with it put back: {wrong}"
+            continue
+        alone = timed(run_as(patched_one), args, kwargs, calls, cuda)
+        proof.alone[name] = alone
+        if alone < original * (1 - margin):
+            proof.kept.append(name)
+        else:
+            proof.dropped[name] = (
+                f"the model took {alone:.4f} ms {variant} with it put back, against {original:.4f} ms without"
+            )
+    patched = rewrite(program, {n: chosen[n] for n in proof.kept}) if proof.kept else model
+    other = "eager" if variant == "compiled" else "compiled"
+    proof.ms[f"patched_{variant}"] = timed(run_as(patched), args, kwargs, calls, cuda)
+    if other == "eager":
+        proof.ms["original_eager"] = timed(model, args, kwargs, calls, cuda)
+        proof.ms["patched_eager"] = timed(patched, args, kwargs, calls, cuda)
+    else:
+        torch._dynamo.reset()
+        proof.ms["original_compiled"] = timed(torch.compile(model), args, kwargs, calls, cuda)
+        torch._dynamo.reset()
+        proof.ms["patched_compiled"] = timed(torch.compile(patched), args, kwargs, calls, cuda)
+    return proof
+
+
+def _tensors(out) -> list:
+    import torch
+    import torch.utils._pytree as pytree
+
+    return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+
+def _differs(module, args, kwargs, expected: list) -> str | None:
+    """Why `module`'s outputs are not the original's (tolerances of the outputs' dtype), or None."""
+    import torch
+
+    with torch.no_grad():
+        got = _tensors(module(*args, **kwargs))
+    if len(got) != len(expected):
+        return f"{len(got)} tensors returned, {len(expected)} expected"
+    for i, (a, b) in enumerate(zip(got, expected, strict=True)):
+        tol = 1e-2 if b.dtype in (torch.bfloat16, torch.float16) else 1e-4
+        if a.shape != b.shape or not torch.allclose(a.float(), b.float(), atol=tol, rtol=tol):
+            return f"output {i} differs (largest difference {(a.float() - b.float()).abs().max().item():.3g})"
+    return None

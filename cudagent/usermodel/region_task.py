@@ -1,0 +1,193 @@
+"""A fusion region (regions.py) as something that runs on its own: a graph of its operators, its measured time in
+the model, and a KernelBench-format task holding the model's own weights.
+
+    values = record_values(program, args, kwargs)     every node's value in one run of the model's graph
+    gm = region_module(program, region)                 the region's operators; its weights as attributes
+    measure(regions, program, values, device)           each region's time alone, and its share
+    path = write_task(region, gm, values, directory, context)
+
+The task's Model runs the region's operators as the graph recorded them (aten calls), so the reference is exactly
+what the model computes there; its docstring tells the agent which model the region came from, its share of the
+model's time, that the kernel will run inside torch.compile's graph, and what fusing it saves.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from pathlib import Path
+
+from cudagent.usermodel.regions import Region
+
+_SAFE = re.compile(r"[^A-Za-z0-9_]+")
+
+
+def attribute_name(key: str) -> str:
+    """A state_dict key as an attribute name (`layers.0.mlp.fc1.weight` -> `w_layers_0_mlp_fc1_weight`)."""
+    return "w_" + _SAFE.sub("_", key).strip("_")
+
+
+def lifted_inputs(program, args: tuple, kwargs: dict | None = None) -> list:
+    """The graph module's inputs in its placeholders' order: the lifted parameters, buffers and constants, then the
+    user's inputs, flattened as export flattened them."""
+    import torch.utils._pytree as pytree
+
+    user = iter(pytree.tree_leaves((tuple(args), kwargs or {})))
+    state = program.state_dict
+    out = []
+    for spec in program.graph_signature.input_specs:
+        kind = spec.kind.name
+        if kind in ("PARAMETER", "BUFFER"):
+            out.append(state[spec.target] if spec.target in state else program.constants[spec.target])
+        elif kind in ("CONSTANT_TENSOR", "CUSTOM_OBJ"):
+            out.append(program.constants[spec.target])
+        else:
+            out.append(next(user))
+    return out
+
+
+def record_values(program, args: tuple, kwargs: dict | None = None) -> dict:
+    """node name -> its value, in one run of the graph on these inputs (no gradients)."""
+    import torch
+    import torch.fx
+
+    values: dict = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n):
+            result = super().run_node(n)
+            values[n.name] = result
+            return result
+
+    with torch.no_grad():
+        Recorder(program.graph_module).run(*lifted_inputs(program, args, kwargs))
+    return values
+
+
+def weights_of(program, region: Region) -> dict:
+    """The region's weights, by state_dict key."""
+    state = program.state_dict
+    return {k: (state[k] if k in state else program.constants[k]) for k in region.weights}
+
+
+def region_module(program, region: Region, weights_as_inputs: bool = False):
+    """The region's operators as a GraphModule: one placeholder per input (in `region.inputs` order), its weights
+    as attributes (attribute_name) or, `weights_as_inputs`, as placeholders after the inputs (in `region.weights`
+    order: how the put-back's custom op takes them), its outputs returned (a tuple when there are several)."""
+    import torch
+    import torch.fx
+
+    source = {n.name: n for n in program.graph.nodes}
+    params = {**program.graph_signature.inputs_to_parameters, **program.graph_signature.inputs_to_buffers}
+    constants = program.graph_signature.inputs_to_lifted_tensor_constants
+    root = torch.nn.Module()
+    graph = torch.fx.Graph()
+    env: dict = {}
+    for name in region.inputs:
+        env[source[name]] = graph.placeholder(_SAFE.sub("_", name))
+    made = {}
+    for key, tensor in weights_of(program, region).items():
+        if weights_as_inputs:
+            made[key] = graph.placeholder(attribute_name(key))
+        else:
+            root.register_buffer(attribute_name(key), tensor.detach(), persistent=True)
+            made[key] = graph.get_attr(attribute_name(key))
+    for node in source.values():
+        if node.op == "placeholder":
+            key = params.get(node.name) or constants.get(node.name)
+            if key in made:
+                env[node] = made[key]
+    for name in region.nodes:
+        node = source[name]
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    outs = [env[source[o]] for o in region.outputs]
+    graph.output(outs[0] if len(outs) == 1 else tuple(outs))
+    return torch.fx.GraphModule(root, graph)
+
+
+def measure(regions: list[Region], program, values: dict, device: str, calls: int = 20) -> None:
+    """Each region's time alone (median of `calls` calls after warm-up, on `device`) and its share of their sum."""
+    import torch
+
+    cuda = device.startswith("cuda")
+    for region in regions:
+        gm = region_module(program, region).to(device)
+        inputs = [values[n] for n in region.inputs]
+        times = []
+        with torch.no_grad():
+            for i in range(calls + 3):
+                if cuda:
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                gm(*inputs)
+                if cuda:
+                    torch.cuda.synchronize()
+                if i >= 3:
+                    times.append(time.perf_counter() - start)
+        region.ms = 1000 * statistics.median(times)
+    total = sum(r.ms or 0.0 for r in regions) or 1.0
+    for region in regions:
+        region.share = (region.ms or 0.0) / total
+
+
+def _maker(value) -> str:
+    shape = repr(tuple(value.shape))
+    dtype = str(value.dtype).removeprefix("torch.")
+    if value.is_floating_point():
+        return f"torch.randn({shape}, dtype=torch.{dtype})"
+    if dtype == "bool":
+        return f"torch.rand({shape}) > 0.5"
+    high = int(value.max().item()) + 1 if value.numel() else 1
+    return f"torch.randint(0, {max(high, 1)}, {shape}, dtype=torch.{dtype})"
+
+
+def write_task(region: Region, gm, values: dict, directory: Path, stem: str, context: str) -> Path:
+    """The region as a KernelBench-format task in `directory` (`<stem>.py`, its weights in `<stem>.weights.pt`)."""
+    import torch
+
+    directory.mkdir(parents=True, exist_ok=True)
+    path, weights = directory / f"{stem}.py", directory / f"{stem}.weights.pt"
+    torch.save({k: v.detach().to("cpu") for k, v in gm.state_dict().items()}, weights)
+    code = gm.code.strip("\n")
+    body = "\n".join("    " + line if line.strip() else "" for line in code.splitlines())
+    makers = ", ".join(_maker(values[n]) for n in region.inputs)
+    return _write(path, TEMPLATE.format(context=context, weights=str(weights.resolve()), body=body, makers=makers))
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+TEMPLATE = '''"""{context}"""
+
+import torch
+import torch.nn as nn
+from torch import device  # noqa: F401  (the graph's calls may name devices)
+
+inf, nan = float("inf"), float("nan")
+WEIGHTS = {weights!r}
+
+
+class Model(nn.Module):
+    """The region's operators as the model's graph recorded them, with the model's own weights."""
+
+    def __init__(self):
+        super().__init__()
+        for name, tensor in torch.load(WEIGHTS, weights_only=True).items():
+            if tensor.is_floating_point():  # weights: parameters, as the model's were
+                self.register_parameter(name, nn.Parameter(tensor, requires_grad=False))
+            else:
+                self.register_buffer(name, tensor)
+
+{body}
+
+
+def get_inputs():
+    return [{makers}]
+
+
+def get_init_inputs():
+    return []
+'''

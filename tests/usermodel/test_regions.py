@@ -1,0 +1,268 @@
+"""Fusion regions (cudagent/usermodel/regions.py) on graph shapes a model is made of, their tasks, and the put-back
+as torch.library custom ops that torch.compile traces without a graph break (putback.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from cudagent.task import load_task, validate_task
+from cudagent.usermodel.putback import register_region, rewrite
+from cudagent.usermodel.region_task import measure, record_values, region_module, write_task
+from cudagent.usermodel.regions import capture, group
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class LlamaLike(nn.Module):
+    """Pre-norm block: RMSNorm, attention with an explicit softmax and mask, residual; RMSNorm, SwiGLU, residual."""
+
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.o = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
+        self.gate, self.up = nn.Linear(d, 2 * d, bias=False), nn.Linear(d, 2 * d, bias=False)
+        self.down = nn.Linear(2 * d, d, bias=False)
+
+    def forward(self, x, mask):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        scores = (q @ k.transpose(-1, -2)) / (d // self.heads) ** 0.5
+        attn = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v
+        x = x + self.o(attn.transpose(1, 2).reshape(b, t, d))
+        h = self.norm2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class ConvBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.conv2, self.bn2 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(y)) + x)
+
+
+def _llama():
+    torch.manual_seed(0)
+    model = LlamaLike().eval()
+    mask = torch.triu(torch.ones(6, 6, dtype=torch.bool), 1)
+    return model, (torch.randn(2, 6, 32), mask)
+
+
+@pytest.fixture(scope="module")
+def llama():
+    model, args = _llama()
+    program = capture(model, args)
+    return model, args, program, group(program)
+
+
+def _by_anchor(regions, anchor):
+    return [r for r in regions if r.anchor == anchor]
+
+
+def test_regions_of_a_pre_norm_block_fuse_around_the_heavy_operators(llama):
+    _, _, _, regions = llama
+    ops = [r.ops for r in regions]
+    # the residual add goes with the normalization it feeds: the sum and the normed value are both outputs
+    (norm2,) = [r for r in _by_anchor(regions, "norm") if "add" in r.ops]
+    assert len(norm2.outputs) == 2, norm2
+    # SwiGLU: both projections, the activation and the product are one region, with the down projection's add
+    (gated,) = [r for r in regions if "silu" in r.ops]
+    assert gated.ops.count("linear") == 2 and "mul" in gated.ops, gated.ops
+    assert set(gated.weights) == {"gate.weight", "up.weight"}
+    # attention: the scale, the mask and the softmax between the two products
+    (attention,) = [r for r in regions if "softmax" in r.ops or "_softmax" in r.ops]
+    assert {"masked_fill", "div"} <= set(attention.ops), attention.ops
+    assert any("matmul" in o or "bmm" in o for o in ops), ops
+    # every operator that computes is in exactly one region
+    names = [n for r in regions for n in r.nodes]
+    assert len(names) == len(set(names))
+    assert all(r.fused_bytes >= 0 for r in regions) and gated.fused_bytes > 0
+
+
+def test_a_convolution_takes_its_batch_norm_and_relu():
+    model = ConvBlock().eval()
+    regions = group(capture(model, (torch.randn(1, 8, 10, 10),)))
+    convs = _by_anchor(regions, "conv")
+    assert len(convs) == 2, [r.ops for r in regions]
+    first, second = convs
+    assert any("batch_norm" in o for o in first.ops) and "relu" in first.ops, first.ops
+    assert "add" in second.ops and "relu" in second.ops, second.ops  # the residual and the activation
+    assert first.kind == second.kind or first.ops != second.ops
+
+
+def test_alike_layers_share_a_kind_and_one_op():
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.GELU()) for _ in range(3)]).eval()
+    program = capture(model, (torch.randn(4, 16),))
+    regions = group(program)
+    assert len(regions) == 3 and len({r.kind for r in regions}) == 1, [r.describe() for r in regions]
+    ops = {register_region(r, program) for r in regions}
+    assert len(ops) == 1
+
+
+def test_a_region_runs_alone_as_in_the_model_and_becomes_a_valid_task(llama, tmp_path):
+    model, args, program, regions = llama
+    values = record_values(program, args)
+    measure(regions, program, values, "cpu", calls=3)
+    assert abs(sum(r.share for r in regions) - 1.0) < 1e-6
+    (gated,) = [r for r in regions if "silu" in r.ops]
+    gm = region_module(program, gated)
+    out = gm(*[values[n] for n in gated.inputs])
+    torch.testing.assert_close(out, values[gated.outputs[0]])
+    path = write_task(gated, gm, values, tmp_path, "llama_mlp", "the MLP of LlamaLike")
+    task = load_task(path)
+    validate_task(task, "cpu")
+    assert '"""the MLP of LlamaLike"""' in path.read_text()
+    with torch.no_grad():  # the task's Model is the region, with the model's weights
+        torch.testing.assert_close(task.module.Model()(*[values[n] for n in gated.inputs]), values[gated.outputs[0]])
+
+
+@pytest.mark.slow
+def test_the_put_back_is_traced_by_torch_compile_without_a_graph_break(llama):
+    model, args, program, regions = llama
+    chosen = [r for r in regions if r.anchor in ("gemm", "norm", "attention")]
+    patched = rewrite(program, {r.name: (r, register_region(r, program)) for r in chosen})
+    calls = [n for n in patched.graph.nodes if str(n.target).startswith("cudagent_regions.")]
+    assert len(calls) == len(chosen)
+    with torch.no_grad():
+        expected = model(*args)
+        torch.testing.assert_close(patched(*args), expected)
+        explained = torch._dynamo.explain(patched)(*args)
+        assert explained.graph_break_count == 0 and explained.graph_count == 1, explained
+        torch._dynamo.reset()
+        torch.testing.assert_close(torch.compile(patched)(*args), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_a_solution_of_a_region_task_serves_every_alike_region_with_its_own_weights(tmp_path):
+    """A region's kernel goes back through its task's ModelNew: here a pure-torch one that fuses nothing, written as
+    an agent's solution reads its weights (the task's parameter names), and called with each layer's weights."""
+    from torch.func import functional_call  # noqa: F401  (what kernel_impl uses)
+
+    from cudagent.usermodel.putback import kernel_impl
+
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.GELU()) for _ in range(2)]).eval()
+    x = torch.randn(4, 16)
+    program = capture(model, (x,))
+    regions = group(program)
+    values = record_values(program, (x,))
+    task = load_task(write_task(regions[0], region_module(program, regions[0]), values, tmp_path, "mlp", "an MLP"))
+
+    class ModelNew(task.module.Model):
+        def forward(self, x):
+            return F.gelu(x @ self.w_0_0_weight.t() + self.w_0_0_bias) * 1.0
+
+    kernel = ModelNew()
+    calls = []
+
+    def counted(*tensors):
+        calls.append(tensors[1].data_ptr())
+        return kernel_impl(kernel, regions[0])(*tensors)
+
+    op = register_region(regions[0], program, impl=counted)
+    patched = rewrite(program, {r.name + r.nodes[0]: (r, op) for r in regions})
+    with torch.no_grad():
+        torch.testing.assert_close(patched(x), model(x))
+    assert len(calls) == 2 and calls[0] != calls[1]  # two layers, each with its own weight
+
+
+class Chains(nn.Module):
+    """Two linear layers, each followed by a long chain of elementwise work that changes nothing."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(64, 64), nn.Linear(64, 64)
+
+    def forward(self, x):
+        y = self.a(x)
+        for _ in range(150):  # some 150 kernels' launches and memory passes that one fused kernel saves
+            y = y * 1.0
+        z = self.b(F.relu(y))
+        for _ in range(5):
+            z = z + 0.0
+        return z
+
+
+@pytest.mark.slow
+def test_a_region_is_kept_only_where_it_makes_the_model_faster_in_the_mode_asked():
+    import time as clock
+
+    from cudagent.usermodel.region_proof import prove_regions
+
+    torch.manual_seed(0)
+    model = Chains().eval()
+    args = (torch.randn(1024, 64),)
+    program = capture(model, args)
+    regions = {r.modules[0]: r for r in group(program) if r.anchor == "gemm"}
+    fast, slow = regions["a"], regions["b"]
+    assert len(fast.ops) > 150 and len(slow.ops) > 5, [r.describe() for r in regions.values()]
+
+    assert fast.ops[-1] == "relu" and slow.ops[0] == "linear"
+
+    def fused(x, w, b):  # one kernel for the whole region: what the chain computes, without it
+        return F.relu(F.linear(x, w, b))
+
+    def sluggish(x, w, b):  # a correct kernel that is slower than what it replaces
+        clock.sleep(0.02)
+        return F.linear(x, w, b)
+
+    wrong = Chains().b  # other weights: a kernel that computes something else
+    chosen = {"a": (fast, register_region(fast, program, impl=fused))}
+    chosen["b"] = (slow, register_region(slow, program, impl=sluggish))
+    proof = prove_regions(model, args, {}, program, chosen, mode="eager", device="cpu", calls=5)
+    assert proof.kept == ["a"] and "b" in proof.dropped, proof.to_dict()
+    assert "ms eager with it put back" in proof.dropped["b"]
+
+    chosen["b"] = (slow, register_region(slow, program, impl=lambda x, w, b: wrong(x)))
+    proof = prove_regions(model, args, {}, program, chosen, mode="eager", device="cpu", calls=3)
+    assert "outputs changed" in proof.dropped["b"], proof.to_dict()
+    assert proof.ms["patched_eager"] < proof.ms["original_eager"], proof.to_dict()
+    assert set(proof.ms) == {"original_eager", "patched_eager", "original_compiled", "patched_compiled"}
+
+
+class Detour(nn.Module):
+    """A product that would join two GEMMs' regions while a path between them runs through a normalization."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2, self.norm = nn.Linear(16, 16), nn.Linear(16, 16), nn.LayerNorm(16)
+
+    def forward(self, x):
+        a = self.l1(x)
+        t, r = torch.tanh(a), torch.relu(a)
+        b = self.l2(self.norm(t))
+        return r * b
+
+
+def test_no_region_has_a_path_out_of_it_and_back_so_every_region_can_be_one_call():
+    model = Detour().eval()
+    args = (torch.randn(4, 16),)
+    program = capture(model, args)
+    regions = group(program)
+    nodes = {n.name: n for n in program.graph.nodes}
+    for region in regions:
+        inside = {nodes[n] for n in region.nodes}
+        frontier = [u for n in inside for u in n.users if u not in inside]
+        seen = set()
+        while frontier:
+            node = frontier.pop()
+            assert node not in inside, f"{region.describe()} is left and re-entered"
+            if node not in seen:
+                seen.add(node)
+                frontier.extend(node.users)
+    patched = rewrite(program, {r.name + r.nodes[0]: (r, register_region(r, program)) for r in regions})
+    with torch.no_grad():
+        torch.testing.assert_close(patched(*args), model(*args))
