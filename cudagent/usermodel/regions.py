@@ -91,10 +91,23 @@ def op_name(node) -> str | None:
 
 def capture(model, args: tuple, kwargs: dict | None = None):
     """The model's graph at these inputs (torch.export, non-strict), or raise with the exporter's reason."""
+    import contextlib
+    import io
+    import logging
+
     import torch
 
-    with torch.no_grad():
-        return torch.export.export(model, tuple(args), kwargs or {}, strict=False)
+    # the exporter logs its own account of a failure (the graph so far, guards) before raising: the caller says it
+    quiet = [logging.getLogger(name) for name in ("torch", "torch.fx.experimental.symbolic_shapes", "torch.export")]
+    levels = [q.level for q in quiet]
+    for q in quiet:
+        q.setLevel(logging.CRITICAL)
+    try:
+        with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
+            return torch.export.export(model, tuple(args), kwargs or {}, strict=False)
+    finally:
+        for q, level in zip(quiet, levels, strict=True):
+            q.setLevel(level)
 
 
 def find_regions(model, args: tuple, kwargs: dict | None = None, program=None) -> list[Region]:

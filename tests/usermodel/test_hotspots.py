@@ -217,3 +217,21 @@ def test_regions_in_bf16_rank_fused_work_and_become_tasks(tmp_path):
     text = Path(tasks[0]).read_text()
     assert "torch.compile" in text and "dtype=torch.bfloat16" in text and "of the model's region time" in text
     assert (out / "regions.md").read_text().count("| ") > 10
+
+
+@pytest.mark.slow
+def test_a_model_torch_export_cannot_capture_is_one_sentence_for_regions(tmp_path):
+    model = tmp_path / "branchy.py"
+    model.write_text(
+        "import torch.nn as nn\n\n\nclass Branchy(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)\n\n    def forward(self, x):\n"
+        "        return self.a(x) if x.sum() > 0 else self.b(x)\n"
+    )
+    done = _run(tmp_path, f"{model}:Branchy", "--inputs", "x=f32[4,8]", "--regions")
+    assert done.returncode == 2, done.stderr[-2000:]
+    (line,) = done.stderr.strip().splitlines()  # the exporter's own account of the failure is not shown
+    assert line.startswith("cudagent: ") and "could not be captured as a graph (torch.export)" in line, line
+    assert "run without --regions" in line
+    done = _run(tmp_path, f"{MODEL}:Block", "--inputs", "x=f32[2,64]", "--dtype", "f8")
+    assert done.returncode == 2 and "one of float32, bfloat16, float16" in done.stderr, done.stderr[-2000:]
+    assert not (tmp_path / "home" / "hotspots").exists()
