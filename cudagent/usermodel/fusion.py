@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cudagent.usermodel.regions import Region
+from cudagent.usermodel.regions import VIEWS, Region
 
 _SAFE = re.compile(r"[^A-Za-z0-9_]+")
 
@@ -86,22 +86,7 @@ class RegionReport:
         return rows
 
 
-_QUIET = {
-    "view",
-    "reshape",
-    "_unsafe_view",
-    "transpose",
-    "permute",
-    "t",
-    "unsqueeze",
-    "squeeze",
-    "expand",
-    "contiguous",
-    "getitem",
-    "alias",
-    "slice",
-    "select",
-}
+_QUIET = VIEWS | {"alias"}  # operators a person reading the table does not need
 
 
 def _bytes(n: int) -> str:

@@ -5,7 +5,8 @@ kernels/ or kernels_<device>/; "from:<case>": another case's; "none"), devices (
 must all be reported), expect_any (one of them must be), control (must be accepted), flags (must be reported),
 max_tier (a cheat that can no longer pay: judged correct, as what it really is, and no tier above this; timed
 cases whose honest path is deliberately slow), static_audit (false: show a runtime defense holds on its own; the
-link audit of the built library is a static audit too), timing (evaluate with timing), why.
+link audit of the built library is a static audit too), timing (evaluate with timing), candidate ("from:<case>":
+another case's model_new.py, for a runtime twin of a static case), why.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Case:
     max_tier: int | None = None
     static_audit: bool = True
     timing: bool = False  # evaluate with timing: the case cheats only while being timed
+    candidate: str = ""  # "from:<case>": that case's model_new.py (a runtime twin); default: this case's
     why: str = ""
 
     @property
@@ -100,7 +102,8 @@ class Runner:
         ws = Workspace.create(root, ev.task.source)
         if prebuilt is None and kernels is not None:
             shutil.copytree(kernels, ws.kernels_dir, dirs_exist_ok=True)
-        shutil.copy2(case.dir / "model_new.py", ws.model_new_py)
+        source = CASES / case.candidate.split(":", 1)[1] if case.candidate.startswith("from:") else case.dir
+        shutil.copy2(source / "model_new.py", ws.model_new_py)
         return ws
 
     def kernels_dir(self, case: Case) -> Path | None:

@@ -22,7 +22,7 @@ ptxas switches, the CUDA libraries): a candidate's `-fplugin=`, `-B`, `-ccbin`, 
 in the build, so a call with any other flag is refused. Extra include folders must lie in the toolchain, Python's
 packages or CUDA (the build's view holds nothing else).
 
-One module of about 460 lines: reading a call, building it and serving it in the candidate's process agree on one
+One module of about 490 lines: reading a call, building it and serving it in the candidate's process agree on one
 key (InlineSpec.key), kept side by side so that they cannot drift apart.
 """
 
