@@ -54,7 +54,7 @@ def main() -> None:
     import torch
 
     from cudagent.usermodel.fusion import region_report
-    from cudagent.usermodel.putback import register_region, rewrite
+    from cudagent.usermodel.putback import register, rewrite
     from cudagent.usermodel.region_proof import timed
 
     parser = argparse.ArgumentParser()
@@ -77,9 +77,7 @@ def main() -> None:
         "kinds": [k.to_dict() for k in report.kinds],
     }
     chosen = [r for k in report.kinds for r in k.regions if r.anchor in ("gemm", "conv", "norm", "attention")]
-    patched = rewrite(
-        report.program, {r.name + r.kind + r.nodes[0]: (r, register_region(r, report.program)) for r in chosen}
-    )
+    patched = rewrite(report.program, {r.name + r.kind + r.nodes[0]: (r, register(r, report.program)) for r in chosen})
     with torch.no_grad():
         explained = torch._dynamo.explain(patched)(*args)
     torch._dynamo.reset()

@@ -61,6 +61,25 @@ def optimize(
         "kernels that beat it, reward tier 2 or 3, go into the model).",
         rich_help_panel=USER_PANEL,
     ),
+    by: str = typer.Option(
+        "regions",
+        help="How your model is cut into tasks: regions (fusion regions of its graph: a GEMM or convolution with "
+        "its epilogue, a norm with its residual, attention; put back as custom ops torch.compile keeps) or "
+        "modules (its leaf modules, put back as module replacements).",
+        rich_help_panel=USER_PANEL,
+    ),
+    mode: str = typer.Option(
+        "compile",
+        help="How you run your model: compile (torch.compile) or eager. A region's kernel stays only if the model "
+        "is faster with it in this mode.",
+        rich_help_panel=USER_PANEL,
+    ),
+    dtype: str = typer.Option(
+        None,
+        help="Run your model in this dtype (bfloat16, float16, float32): its floating weights and inputs.",
+        rich_help_panel=USER_PANEL,
+        show_default=False,
+    ),
     model: str = typer.Option(
         None,
         help="Model name; default: the server's first model. `hf:PATH` runs a local Hugging Face model (a directory "
@@ -163,6 +182,12 @@ def optimize(
         raise CudagentError("give a task file to start a run, or --resume RUN to continue one (not both)")
     if top <= 0:
         raise typer.BadParameter("must be positive", param_hint="--top")
+    if by not in ("regions", "modules"):
+        raise typer.BadParameter("regions or modules", param_hint="--by")
+    if mode not in ("compile", "eager"):
+        raise typer.BadParameter("compile or eager", param_hint="--mode")
+    if dtype not in (None, "float32", "bfloat16", "float16"):
+        raise typer.BadParameter("one of float32, bfloat16, float16", param_hint="--dtype")
     overrides = {
         "max_turns": max_turns,
         "max_minutes": max_minutes,
@@ -213,7 +238,9 @@ def optimize(
             options.limits = EpisodeLimits(**{k: v for k, v in overrides.items() if v is not None})
             from cudagent.usermodel.modelrun import ModelRequest, optimize_model
 
-            request = ModelRequest(task, module, inputs, init, _text(example), _text(hf), top, keep_slower)
+            request = ModelRequest(
+                task, module, inputs, init, _text(example), _text(hf), top, keep_slower, by, mode, dtype
+            )
 
             def episode(path, extra):
                 return start_run(path, settings, options, reporter, extra_header=extra)
@@ -304,6 +331,9 @@ def _print_model_run(record: dict, as_json: bool) -> None:
         typer.echo(
             f"  end to end: {timing.get('speedup_vs_eager', 0):.2f}x over eager measured, "
             f"{(result.get('predicted_speedup_vs_eager') or 0):.2f}x predicted"
+            + (f"; {timing['speedup_vs_compile']:.2f}x over torch.compile" if timing.get("speedup_vs_compile") else "")
         )
+    elif result.get("why"):
+        typer.echo(f"  nothing put back: {result['why']}")
     if result.get("package"):
         typer.echo(f"  report: {Path(result['package']).parent / 'report.md'}; package: {result['package']}")

@@ -146,16 +146,16 @@ def export(
 
     parent = _find_model_run(run)
     if parent is not None:
-        from cudagent.usermodel.modelrun import kernel_spots, load_record
-        from cudagent.usermodel.package import write_package
+        from cudagent.usermodel.modelrun import kernel_spots, load_record, write_kernels
 
         record = load_record(parent)
         spots = kernel_spots(record, Settings.from_env().runs_root)
         applied = (record.get("result") or {}).get("applied")
         if applied is not None:  # what the proof found breaks the model stays out
             spots = [s for s in spots if s["name"] in applied]
-        written = write_package(spots, dest, record["model"], record["run_id"], force=force)
-        typer.echo(f"wrote {written}; use it with `import {dest.name}; {dest.name}.patch(model)`", err=True)
+        written = write_kernels(record, spots, dest, force=force)
+        use = "patch(model, *example_inputs)" if record.get("by") == "regions" else "patch(model)"
+        typer.echo(f"wrote {written}; use it with `import {dest.name}; {dest.name}.{use}`", err=True)
         return
 
     traj = Trajectory.load(find_run(run, Settings.from_env().runs_root))

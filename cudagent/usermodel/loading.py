@@ -47,16 +47,24 @@ class UserModel:
                 f"{self.name} could not be built ({type(exc).__name__}: {exc}); give its constructor arguments "
                 "with --init, e.g. --init '[768, 3072]' or --init \"{'dim': 768}\", or a get_init_inputs() in the file"
             ) from None
-        args, kwargs = self.inputs.make(seed, device)
         model = model.to(device).eval()
         if dtype:
             import torch
 
-            wanted = getattr(torch, dtype)
-            model = model.to(wanted)
-            cast = lambda v: v.to(wanted) if isinstance(v, torch.Tensor) and v.is_floating_point() else v  # noqa: E731
-            args, kwargs = [cast(a) for a in args], {k: cast(v) for k, v in kwargs.items()}
+            model = model.to(getattr(torch, dtype))
+        args, kwargs = self.make_inputs(seed, device, dtype)
         return model, args, kwargs
+
+    def make_inputs(self, seed: int, device: str, dtype: str | None = None) -> tuple[list, dict]:
+        """Fresh inputs drawn from `seed`, the floating ones in `dtype` when given (as make() gives them)."""
+        args, kwargs = self.inputs.make(seed, device)
+        if not dtype:
+            return args, kwargs
+        import torch
+
+        wanted = getattr(torch, dtype)
+        cast = lambda v: v.to(wanted) if isinstance(v, torch.Tensor) and v.is_floating_point() else v  # noqa: E731
+        return [cast(a) for a in args], {k: cast(v) for k, v in kwargs.items()}
 
 
 def load_user_model(

@@ -42,6 +42,9 @@ class ModelRequest:
     hf: str | None = None
     top: int = 3
     keep_slower: bool = False
+    by: str = "regions"  # regions (fusion regions of the model's graph) or modules (leaf modules)
+    mode: str = "compile"  # the mode the user runs the model in: a region is kept only if it helps there
+    dtype: str | None = None  # run the model in bfloat16 or float16 (its weights and floating inputs)
 
     def load(self):
         from cudagent.usermodel.loading import load_user_model
@@ -126,7 +129,7 @@ def optimize_model(request: ModelRequest, start_episode, options, say) -> dict:
     settings = options.settings
     dev = resolve_device(options.device)
     user = request.load()
-    model, args, kwargs = user.make(seed=0, device=dev.kind)
+    model, args, kwargs = user.make(seed=0, device=dev.kind, dtype=request.dtype)
     found = profile_user_model(user, model, args, kwargs, dev.kind)
     stem = _stem(user.name)
     run_id = new_run_id(stem)
@@ -146,27 +149,38 @@ def optimize_model(request: ModelRequest, start_episode, options, say) -> dict:
         "device": dev.kind,
         "wall_ms": found.wall_ms,
         "total_ms": found.total_ms,
+        "by": request.by,
         "spots": [],
         "state": "running",
     }
     run.save()
-    say(f"model run {run.run_id}: {user.name} takes {found.wall_ms:.3f} ms a call on {dev.kind}; its hot spots:")
-    for row in found.table(max(10, request.top))[1:]:
-        say(f"  {row[0]:>3} {row[3]:>6} {row[4]:>9} ms  {row[1]} ({row[2]}; {row[6]} {row[7]})")
-    extracted = extract_spots(model, found, request.top, run.directory / "tasks", dev.kind, user.name)
+    say(f"model run {run.run_id}: {user.name} takes {found.wall_ms:.3f} ms a call on {dev.kind}")
+    extracted = None
+    if request.by == "regions":
+        extracted = region_spots(run, model, args, kwargs, user.name, request.top, dev.kind, say)
+    if extracted is None:
+        run.record["by"] = "modules"
+        say("its hot spots (modules):")
+        for row in found.table(max(10, request.top))[1:]:
+            say(f"  {row[0]:>3} {row[3]:>6} {row[4]:>9} ms  {row[1]} ({row[2]}; {row[6]} {row[7]})")
+        extracted = [
+            e.to_dict() for e in extract_spots(model, found, request.top, run.directory / "tasks", dev.kind, user.name)
+        ]
     del model
-    for e in extracted:
-        spot = {"spot": e.spot, "kind": e.kind, "share": e.share, "modules": e.modules, "task": e.task}
+    for spot in extracted:
         run.record["spots"].append(spot)
-        if e.task is None:
-            spot["outcome"] = f"not optimized: {e.reason}"
-            say(f"spot {e.spot}: {spot['outcome']}")
+        if spot["task"] is None:
+            spot["outcome"] = f"not optimized: {spot.pop('reason')}"
+            say(f"spot {spot['spot']}: {spot['outcome']}")
             run.save()
             continue
-        say(f"spot {e.spot} ({100 * e.share:.1f}% of the time, {len(e.modules)} module(s)): optimizing")
+        spot.pop("reason", None)
+        say(
+            f"spot {spot['spot']} ({100 * spot['share']:.1f}% of the time, {len(spot['modules'])} place(s)): optimizing"
+        )
         run.save()
         try:
-            summary = start_episode(Path(e.task), {"parent": run.run_id, "spot": e.spot})
+            summary = start_episode(Path(spot["task"]), {"parent": run.run_id, "spot": spot["spot"]})
         except KeyboardInterrupt:
             spot["outcome"] = "interrupted"
             run.record["state"] = "interrupted"
@@ -174,19 +188,53 @@ def optimize_model(request: ModelRequest, start_episode, options, say) -> dict:
             raise
         except CudagentError as exc:
             spot["outcome"] = f"failed: {exc.message}"
-            say(f"spot {e.spot}: {spot['outcome']}")
+            say(f"spot {spot['spot']}: {spot['outcome']}")
             run.save()
             continue
         spot["run_id"] = summary["run_id"]
         best = summary.get("best") or {}
         spot.update({k: best.get(k) for k in ("commit", "tier", "speedup_vs_eager", "speedup_vs_compile")})
-        spot["outcome"] = spot_outcome(best, request.keep_slower)
+        # a region's kernel is judged by what it does to the whole model, in the mode asked (prove.py)
+        spot["outcome"] = spot_outcome(best, request.keep_slower or run.record["by"] == "regions")
         spot["end"] = summary.get("exit_reason")
         run.save()
     run.record["result"] = put_back(run, request, options, say)
     run.record["state"] = "done"
     run.save()
     return run.record
+
+
+def region_spots(run: ModelRun, model, args, kwargs, name: str, top: int, device: str, say) -> list[dict] | None:
+    """The model's fusion regions (fusion.py), the first `top` kinds as tasks, as spots; None (and why, said) when
+    torch.export cannot capture the model, so its modules are optimized instead."""
+    from cudagent.usermodel.fusion import region_report, region_tasks
+    from cudagent.usermodel.region_package import region_entry
+
+    try:
+        report = region_report(model, args, kwargs, device, name)
+    except Exception as exc:  # noqa: BLE001  (the exporter's reason is the finding)
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        say(f"{name} could not be captured as a graph (torch.export: {first}); optimizing its modules instead")
+        run.record["regions_error"] = first
+        return None
+    (run.directory / "regions.json").write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+    say("its fusion regions, by kind:")
+    for row in report.table(max(10, top))[1:]:
+        say(f"  {row[0]:>3} {row[4]:>6} {row[5]:>9} ms  {row[1]}: {row[2]} (x{row[3]}; fusion saves {row[6]})")
+    out = []
+    for kind in region_tasks(report, top, run.directory / "tasks", device):
+        out.append(
+            {
+                "spot": kind.first.name,
+                "kind": kind.kind,
+                "share": kind.share,
+                "modules": [r.name for r in kind.regions],
+                "task": kind.task,
+                "reason": kind.reason,
+                "regions": [region_entry(r, report.program) for r in kind.regions],
+            }
+        )
+    return out
 
 
 def spot_outcome(best: dict, keep_slower: bool) -> str:
@@ -207,7 +255,7 @@ def spot_outcome(best: dict, keep_slower: bool) -> str:
 
 def put_back(run: ModelRun, request: ModelRequest, options, say) -> dict:
     """Package the spots that have a kernel, prove the package, write report.md and its chart, commit them."""
-    from cudagent.usermodel.package import spot_name, write_package
+    from cudagent.usermodel.package import spot_name
     from cudagent.usermodel.report import amdahl, write_report
 
     spots = kernel_spots(run.record, options.settings.runs_root)
@@ -215,16 +263,19 @@ def put_back(run: ModelRun, request: ModelRequest, options, say) -> dict:
         why = "no spot ended with a kernel to put back (verified, and faster than its module unless --keep-slower)"
         say(f"{why}: nothing put back")
         return {"correct": None, "why": why}
-    package = write_package(
-        spots, run.directory / f"{spot_name(_stem(run.record['model']))}_kernels", run.record["model"], run.run_id
-    )
+    stem = spot_name(_stem(run.record["model"]))
+    suffix = "regions" if run.record.get("by") == "regions" else "kernels"
+    package = write_kernels(run.record, spots, run.directory / f"{stem}_{suffix}", force=True)
+    say(f"proving {len(spots)} kernel(s) in the model ({request.mode} mode decides what stays)")
     proof = prove_package(package, request, run.record["device"], options.settings.confine, run.directory)
 
     applied = [s for s in spots if s["name"] in proof.get("applied", [])]
-    proof["predicted_speedup_vs_eager"] = amdahl(applied, run.record["total_ms"], run.record["wall_ms"])
+    # a region's share is of the regions' time (each measured alone), which is the model's call
+    total = run.record["total_ms"] if run.record.get("by") != "regions" else run.record["wall_ms"]
+    proof["predicted_speedup_vs_eager"] = amdahl(applied, total, run.record["wall_ms"])
     proof["package"] = str(package)
     for s in run.record["spots"]:
-        name = spot_name(s["spot"])
+        name = package_name(s)
         if name in proof.get("spots", {}):
             s["put_back"] = proof["spots"][name]
     run.record["result"] = proof
@@ -243,11 +294,30 @@ def put_back(run: ModelRun, request: ModelRequest, options, say) -> dict:
     return proof
 
 
+def write_kernels(record: dict, spots: list[dict], dest: Path, force: bool = False) -> Path:
+    """The model run's kernels as one package: region kernels with `patch(model, *inputs)` (region_package.py), or
+    module kernels with `patch(model)` (package.py)."""
+    if record.get("by") == "regions":
+        from cudagent.usermodel.region_package import write_region_package
+
+        return write_region_package(spots, dest, record["model"], record["run_id"], record["inputs"], force=force)
+    from cudagent.usermodel.package import write_package
+
+    return write_package(spots, dest, record["model"], record["run_id"], force=force)
+
+
+def package_name(spot: dict) -> str:
+    """A spot's name in the package: its module path (blocks_0_fc1), or a region's name with its kind (two kinds'
+    first regions may share modules)."""
+    from cudagent.usermodel.package import spot_name
+
+    return spot_name(spot["spot"] + (f"_{spot['kind']}" if "regions" in spot else ""))
+
+
 def kernel_spots(record: dict, runs_root: Path) -> list[dict]:
     """The spots whose runs ended with a verified kernel, with their files at the best commit (package.py)."""
     from cudagent.agent.gitrun import RunRepo
     from cudagent.agent.trajectory import Trajectory
-    from cudagent.usermodel.package import spot_name
 
     out = []
     for s in record["spots"]:
@@ -257,7 +327,7 @@ def kernel_spots(record: dict, runs_root: Path) -> list[dict]:
         files = RunRepo.from_dict(traj.header["repo"]).files_at(s["commit"])
         out.append(
             {
-                "name": spot_name(s["spot"]),
+                "name": package_name(s),
                 "spot": s["spot"],
                 "modules": s["modules"],
                 "kind": s["kind"],
@@ -267,6 +337,7 @@ def kernel_spots(record: dict, runs_root: Path) -> list[dict]:
                 "run_id": s["run_id"],
                 "commit": s["commit"],
                 "files": files,
+                **({"regions": s["regions"]} if "regions" in s else {}),
             }
         )
     return out
@@ -289,6 +360,7 @@ def prove_package(
     scratch.mkdir(exist_ok=True)
     reads = [str(p if p.is_dir() else p.parent) for p in request.files()] + [str(package.parent)]
     spec = {"model": asdict(request.resolved()), "device": device, "package": str(package), "confine": confine}
+    spec.update(mode=request.mode, dtype=request.dtype, keep_slower=request.keep_slower)
     spec.update(read=reads, timing=timing)
     (scratch / "request.json").write_text(json.dumps(spec))
     try:

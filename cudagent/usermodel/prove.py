@@ -12,6 +12,12 @@ are a model's code. It builds the user's model as `optimize` did (the same seed)
   applying each spot alone, reported, and left out; the others are verified and timed without it.
 - **times** the original and the patched model, eager and under torch.compile, with the evaluator's timing loop
   (cudagent/evaluator/timing/measure.py: the same clock as every verdict), in interleaved rounds.
+
+A package of region kernels (region_package.py: `patch(model, *inputs)` returns the model's graph calling them as
+custom ops) is proved the same way, and each kind is also timed alone in the mode the user runs the model in
+(`mode`: eager, or compiled with torch.compile): it stays only if the model is faster with it there
+(region_proof.select; `keep_slower` keeps every correct one). The patched graph's graph breaks under torch.compile
+are counted.
 """
 
 from __future__ import annotations
@@ -55,13 +61,16 @@ def prove(request: dict) -> dict:
     package = Path(request["package"])
     sys.path.insert(0, str(package.parent))
     kernels = importlib.import_module(package.name)
+    if hasattr(kernels, "KINDS"):
+        return prove_regions(request, user, kernels, device)
     names = [s["name"] for s in kernels.SPOTS]
-    original, _, _ = user.make(seed=0, device=device)
+    dtype = request.get("dtype")
+    original, _, _ = user.make(seed=0, device=device, dtype=dtype)
     result: dict = {"confinement": request.get("confinement"), "device": device, "spots": {}}
     working = []
     for name in names:  # each spot alone first: a kernel that breaks the model is named, and the others go on
         alone = _patched(original, kernels, [name])
-        check = _verify(original, alone, user, device)
+        check = _verify(original, alone, user, device, dtype)
         result["spots"][name] = check
         if check["correct"]:
             working.append(name)
@@ -70,12 +79,86 @@ def prove(request: dict) -> dict:
         result["correct"] = False
         return result
     patched = _patched(original, kernels, working)
-    result["verification"] = _verify(original, patched, user, device)
+    result["verification"] = _verify(original, patched, user, device, dtype)
     result["correct"] = result["verification"]["correct"]
     if not result["correct"] or not request.get("timing", True):
         return result
-    result["timing"] = _time(original, patched, user, device, request.get("rounds", 3))
+    args, kwargs = user.make_inputs(SEEDS[0], device, dtype)
+    result["timing"] = _time(original, patched, args, kwargs, device, request.get("rounds", 3))
     return result
+
+
+def prove_regions(request: dict, user, kernels, device: str) -> dict:
+    import torch
+
+    from cudagent.usermodel.region_proof import select
+
+    dtype, mode = request.get("dtype"), request.get("mode", "compile")
+    variant = "compiled" if mode == "compile" else "eager"
+    original, args, kwargs = user.make(seed=SEEDS[0], device=device, dtype=dtype)
+    result: dict = {"confinement": request.get("confinement"), "device": device, "mode": mode, "spots": {}}
+    checks: dict = {}
+
+    def patched(names):
+        return kernels.patch(original, *args, kinds=names, **kwargs)
+
+    def check(module):
+        outcome = _verify(original, module, user, device, dtype)
+        checks[id(module)] = outcome
+        return None if outcome["correct"] else outcome["why"]
+
+    def clock(module):
+        return _clock(_in_mode(module, mode, args, kwargs), args, kwargs, device)
+
+    baseline = clock(original)
+    names = [k["name"] for k in kernels.KINDS]
+    kept, dropped, alone = select(
+        names, patched, check, clock, baseline, variant, keep_slower=request.get("keep_slower", False)
+    )
+    for name in names:
+        result["spots"][name] = {"correct": name in kept, **({"why": dropped[name]} if name in dropped else {})}
+        if name in alone:
+            result["spots"][name]["model_ms_alone"] = alone[name]
+    result["alone_baseline_ms"] = {variant: baseline}
+    result["applied"] = kept
+    if not kept:
+        result["correct"] = False
+        result["why"] = "no kind of region made the model faster " + ("compiled" if mode == "compile" else "eager")
+        return result
+    final = patched(kept)
+    result["verification"] = _verify(original, final, user, device, dtype)
+    result["correct"] = result["verification"]["correct"]
+    if not result["correct"] or not request.get("timing", True):
+        return result
+    torch._dynamo.reset()
+    with torch.no_grad():
+        explained = torch._dynamo.explain(final)(*args, **kwargs)
+    torch._dynamo.reset()
+    result["graph_breaks"], result["graphs"] = explained.graph_break_count, explained.graph_count
+    result["timing"] = _time(original, final, args, kwargs, device, request.get("rounds", 3))
+    return result
+
+
+def _in_mode(module, mode: str, args, kwargs):
+    import torch
+
+    if mode != "compile":
+        return module
+    torch._dynamo.reset()
+    fn = torch.compile(module)
+    with torch.no_grad():
+        fn(*args, **kwargs)  # compiled before it is timed
+    return fn
+
+
+def _clock(fn, args, kwargs, device: str) -> float:
+    import torch
+
+    from cudagent.evaluator.timing.measure import Plan, measure
+
+    plan = Plan(min_samples=20, min_seconds=0.2, max_seconds=5.0, warmup_calls=3)
+    with torch.no_grad():
+        return statistics.median(measure(lambda k: fn(*args, **kwargs), 1, torch.device(device), plan)["ms"])
 
 
 def _patched(original, kernels, names):
@@ -86,14 +169,14 @@ def _patched(original, kernels, names):
     return model
 
 
-def _verify(original, patched, user, device: str) -> dict:
+def _verify(original, patched, user, device: str, dtype: str | None = None) -> dict:
     import torch
 
     from cudagent.evaluator.compare import Tolerance, compare
 
     worst = 0.0
     for seed in SEEDS:
-        args, kwargs = user.inputs.make(seed, device)
+        args, kwargs = user.make_inputs(seed, device, dtype)
         try:
             with torch.no_grad():
                 expected = original(*args, **kwargs)
@@ -131,18 +214,18 @@ def comparable(output, _seen: frozenset = frozenset()):
     return {"<type>": type(output).__qualname__, **items}
 
 
-def _time(original, patched, user, device: str, rounds: int) -> dict:
+def _time(original, patched, args, kwargs, device: str, rounds: int) -> dict:
     import torch
 
     from cudagent.evaluator.timing.measure import Plan, measure
 
     dev = torch.device(device)
-    args, kwargs = user.inputs.make(SEEDS[0], device)
     targets = {"eager": original, "patched": patched}
     compiled = {}
     errors = {}
     for name, model in (("compile", original), ("patched_compile", patched)):
         try:
+            torch._dynamo.reset()
             fn = torch.compile(model)
             with torch.no_grad():
                 fn(*args, **kwargs)

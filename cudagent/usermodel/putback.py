@@ -1,43 +1,138 @@
 """Kernels put back where torch.compile keeps them: each region a `torch.library` custom op, the model's graph
-rewritten to call it.
+rewritten to call it. This module imports nothing but torch: an exported region package carries a copy of it
+(region_package.py), so a user's `patch(model)` runs the same code as cudagent's own proof.
 
-    op = register_region(region, program, impl=None)     cudagent_regions::<kind>(inputs..., weights...) -> outs
-    patched = rewrite(program, {region.name: op, ...})   the model's graph (torch.export) calling the ops
+    program = capture(model, args, kwargs)               torch.export (non-strict): the graph the regions name
+    op = register(region, program, impl=None)            cudagent_regions::<kind>(inputs..., weights...) -> outs
+    patched = rewrite(program, {key: (region, op), ...})  the model's graph calling the ops (an nn.Module)
+    impl = kernel_call(model_new, region)                a region task's solution as the op's implementation
 
 A module swapped for a Python object hides its inside from torch.compile (a graph break, or an opaque call that
 inductor cannot fuse around). A custom op with a fake implementation is an ordinary node to dynamo and inductor:
-`torch.compile(patched)` traces it without a graph break, and fuses the model's other work around it as it did
-before. One op serves every alike region (the same `kind`: operators and shapes), each call with its own weights.
-`impl` is the kernel (a callable taking the same arguments); without one the op runs the region's own operators,
-which is what the agent's kernel is checked against.
+`torch.compile(patched)` traces it without a graph break, and fuses the model's other work around it as before.
+One op serves every alike region (the same `kind`: operators and shapes), each call with its own weights.
+
+A region is anything with `name`, `kind`, `nodes`, `inputs`, `weights` and `outputs` (node names of the exported
+graph, the weights as state_dict keys): cudagent's `Region`, or the dicts an exported package stores (`spec`).
 """
 
 from __future__ import annotations
 
 import re
-
-from cudagent.usermodel.regions import Region
+from types import SimpleNamespace
 
 NAMESPACE = "cudagent_regions"
 _LIBRARIES: dict = {}  # keep every Library alive: dropping it unregisters its ops
 _IMPLS: dict = {}  # qualified name -> what the op runs (registering a kind again replaces it)
+_SAFE = re.compile(r"[^A-Za-z0-9_]+")
 
 
-def op_name(region: Region) -> str:
-    return re.sub(r"[^A-Za-z0-9_]", "_", region.kind)
+def spec(region) -> SimpleNamespace:
+    """A region as stored in a package (a dict) or given (an object) as the attributes this module reads."""
+    fields = ("name", "kind", "nodes", "inputs", "weights", "outputs", "targets")
+    if isinstance(region, dict):
+        return SimpleNamespace(**{k: region.get(k) for k in fields})
+    return SimpleNamespace(**{k: getattr(region, k, None) for k in fields})
 
 
-def register_region(region: Region, program, impl=None):
+def attribute_name(key: str) -> str:
+    """A state_dict key as an attribute name (`layers.0.mlp.fc1.weight` -> `w_layers_0_mlp_fc1_weight`)."""
+    return "w_" + _SAFE.sub("_", key).strip("_")
+
+
+def op_name(region) -> str:
+    return _SAFE.sub("_", region.kind)
+
+
+def capture(model, args: tuple, kwargs: dict | None = None):
+    """The model's graph at these inputs (torch.export, non-strict), or raise with the exporter's reason; the
+    exporter's own printed account of a failure (the graph so far, guards) is kept off the terminal."""
+    import contextlib
+    import io
+    import logging
+
+    import torch
+
+    quiet = [logging.getLogger(name) for name in ("torch", "torch.fx.experimental.symbolic_shapes", "torch.export")]
+    levels = [q.level for q in quiet]
+    for q in quiet:
+        q.setLevel(logging.CRITICAL)
+    try:
+        with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
+            return torch.export.export(model, tuple(args), kwargs or {}, strict=False)
+    finally:
+        for q, level in zip(quiet, levels, strict=True):
+            q.setLevel(level)
+
+
+def node_targets(program, names) -> dict[str, str]:
+    """What each named node of the program calls (to tell later that a graph is still the one a region named)."""
+    nodes = {n.name: n for n in program.graph.nodes}
+    return {name: str(nodes[name].target) for name in names}
+
+
+def check(program, region) -> str | None:
+    """Why `region` does not name the same operators in `program` (a model changed since), or None."""
+    nodes = {n.name: n for n in program.graph.nodes}
+    for name, target in (region.targets or {}).items():
+        if name not in nodes:
+            return f"the graph has no node {name} (was {target})"
+        if str(nodes[name].target) != target:
+            return f"node {name} calls {nodes[name].target}, not {target}"
+    missing = [k for k in region.weights if k not in program.state_dict and k not in program.constants]
+    return f"the model has no weight {missing[0]}" if missing else None
+
+
+def weights_of(program, region) -> dict:
+    """The region's weights, by state_dict key."""
+    state = program.state_dict
+    return {k: (state[k] if k in state else program.constants[k]) for k in region.weights}
+
+
+def region_graph(program, region, weights_as_inputs: bool = False):
+    """The region's operators as a GraphModule: one placeholder per input (in `region.inputs` order), its weights
+    as attributes (attribute_name) or, `weights_as_inputs`, as placeholders after the inputs (in `region.weights`
+    order: how the custom op takes them), its outputs returned (a tuple when there are several)."""
+    import torch
+    import torch.fx
+
+    source = {n.name: n for n in program.graph.nodes}
+    params = {**program.graph_signature.inputs_to_parameters, **program.graph_signature.inputs_to_buffers}
+    constants = program.graph_signature.inputs_to_lifted_tensor_constants
+    root = torch.nn.Module()
+    graph = torch.fx.Graph()
+    env: dict = {}
+    for name in region.inputs:
+        env[source[name]] = graph.placeholder(_SAFE.sub("_", name))
+    made = {}
+    for key, tensor in weights_of(program, region).items():
+        if weights_as_inputs:
+            made[key] = graph.placeholder(attribute_name(key))
+        else:
+            root.register_buffer(attribute_name(key), tensor.detach(), persistent=True)
+            made[key] = graph.get_attr(attribute_name(key))
+    for node in source.values():
+        if node.op == "placeholder":
+            key = params.get(node.name) or constants.get(node.name)
+            if key in made:
+                env[node] = made[key]
+    for name in region.nodes:
+        node = source[name]
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    outs = [env[source[o]] for o in region.outputs]
+    graph.output(outs[0] if len(outs) == 1 else tuple(outs))
+    return torch.fx.GraphModule(root, graph)
+
+
+def register(region, program, impl=None):
     """The custom op for `region` (defined once per kind in this process): `impl(*inputs, *weights)` runs it, else
     the region's own operators (registering the kind again replaces what it runs); its fake implementation runs
     those operators on fake tensors."""
     import torch
 
-    from cudagent.usermodel.region_task import region_module
-
     name = op_name(region)
     qualified = f"{NAMESPACE}::{name}"
-    reference = region_module(program, region, weights_as_inputs=True)
+    reference = region_graph(program, region, weights_as_inputs=True)
     _IMPLS[qualified] = impl or reference  # the op calls whatever is here now: a kernel, or the region's operators
     if qualified in _LIBRARIES:
         return getattr(getattr(torch.ops, NAMESPACE), name).default
@@ -60,20 +155,30 @@ def register_region(region: Region, program, impl=None):
     return getattr(getattr(torch.ops, NAMESPACE), name).default
 
 
-def kernel_impl(model_new, region: Region):
-    """A region task's solution (its ModelNew, whose parameters are named as the task's Model's: attribute_name of
-    each weight) as the op's implementation: each call runs ModelNew.forward on the call's activations with that
-    call's weights in place of ModelNew's own (torch.func.functional_call), so one kernel serves every alike region,
-    each with its own weights."""
-    from torch.func import functional_call
-
-    from cudagent.usermodel.region_task import attribute_name
-
-    names = [attribute_name(key) for key in region.weights]
+def kernel_call(model_new, region):
+    """A region task's solution (its ModelNew, whose parameters and buffers are named as the task's Model's:
+    attribute_name of each weight) as the op's implementation: each call runs ModelNew.forward on the call's
+    activations with that call's weights in the places of ModelNew's own (swapped in and back, a dictionary write
+    each), so one kernel serves every alike region, each with its own weights."""
     count = len(region.inputs)
+    slots = []
+    for key in region.weights:
+        name = attribute_name(key)
+        table = model_new._parameters if name in model_new._parameters else model_new._buffers
+        if name not in table:
+            raise KeyError(f"the kernel's ModelNew has no parameter or buffer {name}")
+        slots.append((table, name))
+    forward = model_new.forward
 
     def run(*tensors):
-        return functional_call(model_new, dict(zip(names, tensors[count:], strict=True)), tuple(tensors[:count]))
+        saved = [table[name] for table, name in slots]
+        try:
+            for (table, name), tensor in zip(slots, tensors[count:], strict=True):
+                table[name] = tensor
+            return forward(*tensors[:count])
+        finally:
+            for (table, name), old in zip(slots, saved, strict=True):
+                table[name] = old
 
     return run
 
@@ -99,9 +204,9 @@ def _outside(inside: set):
     return lambda user: user not in inside
 
 
-def rewrite(program, ops: dict[str, tuple[Region, object]]):
-    """The model's graph as a module (ExportedProgram.module(): its weights attributes again) with each region in
-    `ops` (name -> (region, op)) replaced by one call of its op."""
+def rewrite(program, ops: dict):
+    """The model's graph as a module (ExportedProgram.module(): its weights attributes again, called as the model
+    is) with each region in `ops` (key -> (region, op)) replaced by one call of its op."""
     import operator
 
     from torch.fx.passes.tools_common import legalize_graph

@@ -1,14 +1,16 @@
 """Whether regions put back make the model faster in the mode the user runs it, and which of them to keep.
 
+    kept, dropped, alone = select(names, patched, check, clock, original_ms, variant)   the rule, whatever the clock
     proof = prove_regions(model, args, kwargs, program, chosen, mode="compile", device="cuda")
 
-`chosen` maps a name to (region, op) (putback.register_region with the region's kernel). Each region is tried
-alone first: the model's graph with only that region replaced, timed in `mode` (eager, or torch.compile of the
-patched graph) against the original in the same mode; a region is kept only if it makes the model faster there by
-more than `margin`. The kept regions are then put back together and the four variants timed (original and patched,
-eager and compiled): what a user gets, in both modes, whatever the mode asked. Timings are medians of `calls` calls
-after warm-up (CUDA events on the GPU), each variant built once; compiled variants are compiled before they are
-timed.
+`select` is the rule prove.py applies to an exported package's regions (with the evaluator's clock, in the proof's
+confined process). `prove_regions` applies it in this process to ops registered here: `chosen` maps a name to
+(region, op) (putback.register with the region's kernel). Each region is tried alone first: the model's graph
+with only that region replaced, timed in `mode` (eager, or torch.compile of the patched graph) against the original
+in the same mode; a region is kept only if it makes the model faster there by more than `margin`. The kept regions
+are then put back together and the four variants timed (original and patched, eager and compiled): what a user gets,
+in both modes, whatever the mode asked. Timings are medians of `calls` calls after warm-up (CUDA events on the GPU),
+each variant built once; compiled variants are compiled before they are timed.
 """
 
 from __future__ import annotations
@@ -97,20 +99,15 @@ def prove_regions(
         expected = _tensors(model(*args, **kwargs))
     original = timed(run_as(model), args, kwargs, calls, cuda)
     proof.ms[f"original_{variant}"] = original
-    for name, entry in chosen.items():
-        patched_one = rewrite(program, {name: entry})
-        wrong = _differs(patched_one, args, kwargs, expected)
-        if wrong:
-            proof.dropped[name] = f"the model's outputs changed with it put back: {wrong}"
-            continue
-        alone = timed(run_as(patched_one), args, kwargs, calls, cuda)
-        proof.alone[name] = alone
-        if alone < original * (1 - margin):
-            proof.kept.append(name)
-        else:
-            proof.dropped[name] = (
-                f"the model took {alone:.4f} ms {variant} with it put back, against {original:.4f} ms without"
-            )
+    proof.kept, proof.dropped, proof.alone = select(
+        list(chosen),
+        lambda names: rewrite(program, {n: chosen[n] for n in names}),
+        lambda module: _differs(module, args, kwargs, expected),
+        lambda module: timed(run_as(module), args, kwargs, calls, cuda),
+        original,
+        variant,
+        margin=margin,
+    )
     patched = rewrite(program, {n: chosen[n] for n in proof.kept}) if proof.kept else model
     other = "eager" if variant == "compiled" else "compiled"
     proof.ms[f"patched_{variant}"] = timed(run_as(patched), args, kwargs, calls, cuda)
@@ -123,6 +120,28 @@ def prove_regions(
         torch._dynamo.reset()
         proof.ms["patched_compiled"] = timed(torch.compile(patched), args, kwargs, calls, cuda)
     return proof
+
+
+def select(names, patched, check, clock, original_ms: float, variant: str, margin: float = 0.01, keep_slower=False):
+    """Which regions to keep: each put back alone (`patched([name])`), its outputs checked (`check(module)`: why
+    they differ, or None) and the model timed (`clock(module)`: ms in the mode asked); a region is kept where the
+    model is faster by more than `margin` (or at all, `keep_slower`, if only correct). Returns (kept, dropped: name
+    -> why, alone: name -> ms)."""
+    kept, dropped, alone = [], {}, {}
+    for name in names:
+        module = patched([name])
+        wrong = check(module)
+        if wrong:
+            dropped[name] = f"the model's outputs changed with it put back: {wrong}"
+            continue
+        alone[name] = clock(module)
+        if keep_slower or alone[name] < original_ms * (1 - margin):
+            kept.append(name)
+        else:
+            dropped[name] = (
+                f"the model took {alone[name]:.4f} ms {variant} with it put back, against {original_ms:.4f} ms without"
+            )
+    return kept, dropped, alone
 
 
 def _tensors(out) -> list:

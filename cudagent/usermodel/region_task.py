@@ -13,19 +13,17 @@ model's time, that the kernel will run inside torch.compile's graph, and what fu
 
 from __future__ import annotations
 
-import re
 import statistics
 import time
 from pathlib import Path
 
+from cudagent.usermodel.putback import attribute_name, region_graph, weights_of  # noqa: F401  (re-exported)
 from cudagent.usermodel.regions import Region
 
-_SAFE = re.compile(r"[^A-Za-z0-9_]+")
 
-
-def attribute_name(key: str) -> str:
-    """A state_dict key as an attribute name (`layers.0.mlp.fc1.weight` -> `w_layers_0_mlp_fc1_weight`)."""
-    return "w_" + _SAFE.sub("_", key).strip("_")
+def region_module(program, region: Region, weights_as_inputs: bool = False):
+    """The region's operators as a GraphModule (putback.region_graph: the same graph the put-back's op runs)."""
+    return region_graph(program, region, weights_as_inputs)
 
 
 def lifted_inputs(program, args: tuple, kwargs: dict | None = None) -> list:
@@ -63,47 +61,6 @@ def record_values(program, args: tuple, kwargs: dict | None = None) -> dict:
     with torch.no_grad():
         Recorder(program.graph_module).run(*lifted_inputs(program, args, kwargs))
     return values
-
-
-def weights_of(program, region: Region) -> dict:
-    """The region's weights, by state_dict key."""
-    state = program.state_dict
-    return {k: (state[k] if k in state else program.constants[k]) for k in region.weights}
-
-
-def region_module(program, region: Region, weights_as_inputs: bool = False):
-    """The region's operators as a GraphModule: one placeholder per input (in `region.inputs` order), its weights
-    as attributes (attribute_name) or, `weights_as_inputs`, as placeholders after the inputs (in `region.weights`
-    order: how the put-back's custom op takes them), its outputs returned (a tuple when there are several)."""
-    import torch
-    import torch.fx
-
-    source = {n.name: n for n in program.graph.nodes}
-    params = {**program.graph_signature.inputs_to_parameters, **program.graph_signature.inputs_to_buffers}
-    constants = program.graph_signature.inputs_to_lifted_tensor_constants
-    root = torch.nn.Module()
-    graph = torch.fx.Graph()
-    env: dict = {}
-    for name in region.inputs:
-        env[source[name]] = graph.placeholder(_SAFE.sub("_", name))
-    made = {}
-    for key, tensor in weights_of(program, region).items():
-        if weights_as_inputs:
-            made[key] = graph.placeholder(attribute_name(key))
-        else:
-            root.register_buffer(attribute_name(key), tensor.detach(), persistent=True)
-            made[key] = graph.get_attr(attribute_name(key))
-    for node in source.values():
-        if node.op == "placeholder":
-            key = params.get(node.name) or constants.get(node.name)
-            if key in made:
-                env[node] = made[key]
-    for name in region.nodes:
-        node = source[name]
-        env[node] = graph.node_copy(node, lambda n: env[n])
-    outs = [env[source[o]] for o in region.outputs]
-    graph.output(outs[0] if len(outs) == 1 else tuple(outs))
-    return torch.fx.GraphModule(root, graph)
 
 
 def measure(regions: list[Region], program, values: dict, device: str, calls: int = 20) -> None:

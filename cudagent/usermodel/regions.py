@@ -28,6 +28,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from cudagent.usermodel.putback import capture  # noqa: F401  (the graph regions are found in)
+
 ANCHORS = {
     "gemm": {"linear", "mm", "addmm", "matmul", "bmm", "baddbmm", "addbmm", "einsum"},
     "conv": {"conv1d", "conv2d", "conv3d", "convolution", "conv_transpose1d", "conv_transpose2d"},
@@ -87,27 +89,6 @@ def op_name(node) -> str | None:
     if packet is not None:
         return packet.__name__
     return getattr(node.target, "__name__", str(node.target)).split(".")[0]
-
-
-def capture(model, args: tuple, kwargs: dict | None = None):
-    """The model's graph at these inputs (torch.export, non-strict), or raise with the exporter's reason."""
-    import contextlib
-    import io
-    import logging
-
-    import torch
-
-    # the exporter logs its own account of a failure (the graph so far, guards) before raising: the caller says it
-    quiet = [logging.getLogger(name) for name in ("torch", "torch.fx.experimental.symbolic_shapes", "torch.export")]
-    levels = [q.level for q in quiet]
-    for q in quiet:
-        q.setLevel(logging.CRITICAL)
-    try:
-        with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
-            return torch.export.export(model, tuple(args), kwargs or {}, strict=False)
-    finally:
-        for q, level in zip(quiet, levels, strict=True):
-            q.setLevel(level)
 
 
 def find_regions(model, args: tuple, kwargs: dict | None = None, program=None) -> list[Region]:

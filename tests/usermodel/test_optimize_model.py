@@ -134,7 +134,18 @@ def model_run(tmp_path_factory):
     with ScriptedServer(_solve) as server:
         env = cli_env(home, server.url)
         done = cudagent(
-            ["optimize", f"{model}:Stack", "--inputs", "x=f32[4,16,64]", "--top", "3", "--device", "cpu"]
+            [
+                "optimize",
+                f"{model}:Stack",
+                "--inputs",
+                "x=f32[4,16,64]",
+                "--top",
+                "3",
+                "--device",
+                "cpu",
+                "--by",
+                "modules",
+            ]
             + ["--no-final-check", "--max-turns", "8", "--keep-slower", "--json"],  # C++ GEMMs against MKL: slower
             env,
             cwd=root,

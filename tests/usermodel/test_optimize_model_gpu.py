@@ -27,7 +27,17 @@ def test_a_gpt2_class_model_from_a_config_is_optimized_and_put_back(tmp_path):
         # stderr (the profile, each spot's progress, the proof) streams into the log as it comes (pytest -s)
         done = subprocess.run(
             [sys.executable, "-m", "cudagent", "optimize", "--hf", str(directory)]
-            + ["--inputs", "input_ids=i64[8,512]<50257", "--top", "4", "--max-turns", "10", "--json"],
+            + [
+                "--inputs",
+                "input_ids=i64[8,512]<50257",
+                "--top",
+                "4",
+                "--max-turns",
+                "10",
+                "--json",
+                "--by",
+                "modules",
+            ],
             env=env,
             stdout=subprocess.PIPE,
             text=True,

@@ -9,7 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from cudagent.task import load_task, validate_task
-from cudagent.usermodel.putback import register_region, rewrite
+from cudagent.usermodel.putback import register, rewrite
 from cudagent.usermodel.region_task import measure, record_values, region_module, write_task
 from cudagent.usermodel.regions import capture, group
 
@@ -110,7 +110,7 @@ def test_alike_layers_share_a_kind_and_one_op():
     program = capture(model, (torch.randn(4, 16),))
     regions = group(program)
     assert len(regions) == 3 and len({r.kind for r in regions}) == 1, [r.describe() for r in regions]
-    ops = {register_region(r, program) for r in regions}
+    ops = {register(r, program) for r in regions}
     assert len(ops) == 1
 
 
@@ -135,7 +135,7 @@ def test_a_region_runs_alone_as_in_the_model_and_becomes_a_valid_task(llama, tmp
 def test_the_put_back_is_traced_by_torch_compile_without_a_graph_break(llama):
     model, args, program, regions = llama
     chosen = [r for r in regions if r.anchor in ("gemm", "norm", "attention")]
-    patched = rewrite(program, {r.name: (r, register_region(r, program)) for r in chosen})
+    patched = rewrite(program, {r.name: (r, register(r, program)) for r in chosen})
     calls = [n for n in patched.graph.nodes if str(n.target).startswith("cudagent_regions.")]
     assert len(calls) == len(chosen)
     with torch.no_grad():
@@ -150,9 +150,8 @@ def test_the_put_back_is_traced_by_torch_compile_without_a_graph_break(llama):
 def test_a_solution_of_a_region_task_serves_every_alike_region_with_its_own_weights(tmp_path):
     """A region's kernel goes back through its task's ModelNew: here a pure-torch one that fuses nothing, written as
     an agent's solution reads its weights (the task's parameter names), and called with each layer's weights."""
-    from torch.func import functional_call  # noqa: F401  (what kernel_impl uses)
 
-    from cudagent.usermodel.putback import kernel_impl
+    from cudagent.usermodel.putback import kernel_call
 
     model = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.GELU()) for _ in range(2)]).eval()
     x = torch.randn(4, 16)
@@ -170,9 +169,9 @@ def test_a_solution_of_a_region_task_serves_every_alike_region_with_its_own_weig
 
     def counted(*tensors):
         calls.append(tensors[1].data_ptr())
-        return kernel_impl(kernel, regions[0])(*tensors)
+        return kernel_call(kernel, regions[0])(*tensors)
 
-    op = register_region(regions[0], program, impl=counted)
+    op = register(regions[0], program, impl=counted)
     patched = rewrite(program, {r.name + r.nodes[0]: (r, op) for r in regions})
     with torch.no_grad():
         torch.testing.assert_close(patched(x), model(x))
@@ -220,13 +219,13 @@ def test_a_region_is_kept_only_where_it_makes_the_model_faster_in_the_mode_asked
         return F.linear(x, w, b)
 
     wrong = Chains().b  # other weights: a kernel that computes something else
-    chosen = {"a": (fast, register_region(fast, program, impl=fused))}
-    chosen["b"] = (slow, register_region(slow, program, impl=sluggish))
+    chosen = {"a": (fast, register(fast, program, impl=fused))}
+    chosen["b"] = (slow, register(slow, program, impl=sluggish))
     proof = prove_regions(model, args, {}, program, chosen, mode="eager", device="cpu", calls=5)
     assert proof.kept == ["a"] and "b" in proof.dropped, proof.to_dict()
     assert "ms eager with it put back" in proof.dropped["b"]
 
-    chosen["b"] = (slow, register_region(slow, program, impl=lambda x, w, b: wrong(x)))
+    chosen["b"] = (slow, register(slow, program, impl=lambda x, w, b: wrong(x)))
     proof = prove_regions(model, args, {}, program, chosen, mode="eager", device="cpu", calls=3)
     assert "outputs changed" in proof.dropped["b"], proof.to_dict()
     assert proof.ms["patched_eager"] < proof.ms["original_eager"], proof.to_dict()
@@ -263,6 +262,6 @@ def test_no_region_has_a_path_out_of_it_and_back_so_every_region_can_be_one_call
             if node not in seen:
                 seen.add(node)
                 frontier.extend(node.users)
-    patched = rewrite(program, {r.name + r.nodes[0]: (r, register_region(r, program)) for r in regions})
+    patched = rewrite(program, {r.name + r.nodes[0]: (r, register(r, program)) for r in regions})
     with torch.no_grad():
         torch.testing.assert_close(patched(*args), model(*args))
