@@ -1,0 +1,82 @@
+"""`cudagent optimize --hf DIR --dtype bfloat16` by fusion regions on the GPU: GPT-2 small's widths and a
+Llama-shaped config (GQA, RMSNorm, SwiGLU, rotary), two layers each, built from configs with random weights. The
+model's regions are found and ranked, the first kinds become tasks, the scripted policy plays known-good fused bf16
+kernels (cuda_region_kernels.py: a cuBLASLt GEMM with GPT-2's bias + tanh-GELU epilogue; SwiGLU's two GEMMs and
+product), and the proof (compile mode) keeps a kind only if the compiled model gets faster with it. The record is
+printed for the committed log (benchmarks/results/regions/gpu-optimize-regions-*.txt)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.agent.episodes import cli_env
+from tests.agent.script_server import ScriptedServer
+from tests.usermodel.cuda_region_kernels import solve
+
+MODELS = {
+    "gpt2": (
+        "GPT2Config",
+        {"n_layer": 2, "n_embd": 768, "n_head": 12, "n_positions": 1024, "vocab_size": 50257, "use_cache": False},
+        "input_ids=i64[8,512]<50257",
+        "4",
+    ),
+    "llama": (
+        "LlamaConfig",
+        {
+            "hidden_size": 2048,
+            "intermediate_size": 5632,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 4,
+            "num_hidden_layers": 2,
+            "vocab_size": 32000,
+            "use_cache": False,
+        },
+        "input_ids=i64[4,512]<32000",
+        "2",
+    ),
+}
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("name", list(MODELS))
+def test_a_models_fusion_regions_are_optimized_and_put_back_under_torch_compile(tmp_path, name):
+    import transformers
+
+    config_class, fields, inputs, top = MODELS[name]
+    directory = tmp_path / name
+    getattr(transformers, config_class)(**fields).save_pretrained(directory)
+    with ScriptedServer(solve) as server:
+        env = cli_env(tmp_path / "home", server.url)
+        done = subprocess.run(
+            [sys.executable, "-m", "cudagent", "optimize", "--hf", str(directory), "--inputs", inputs]
+            + ["--dtype", "bfloat16", "--top", top, "--max-turns", "10", "--json"],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=1800,
+        )
+    assert done.returncode == 0, done.stdout[-3000:]
+    record = json.loads(done.stdout.strip().splitlines()[-1])
+    print(json.dumps({k: record.get(k) for k in ("run_id", "model", "inputs", "device", "wall_ms", "by")}, indent=1))
+    for spot in record["spots"]:
+        print(json.dumps({k: v for k, v in spot.items() if k != "regions"}, default=str))
+    result = record["result"]
+    print(json.dumps(result, indent=1, default=str))
+    if result.get("package"):
+        print((Path(result["package"]).parent / "report.md").read_text())
+    for spot in record["spots"]:  # an episode with a kernel that did not verify: its turns, for the log
+        if spot.get("run_id") and spot.get("outcome") != "kernel" and spot.get("tier") is not None:
+            lines = (tmp_path / "home" / "runs" / spot["run_id"] / "trajectory.jsonl").read_text().splitlines()
+            for line in lines[1:]:
+                print(line[:2500])
+    assert record["by"] == "regions"
+    fused = [s for s in record["spots"] if (s.get("tier") or -1) >= 1]
+    assert fused and all(len(s["regions"]) == 2 for s in fused), record["spots"]  # one kernel, both layers
+    assert result.get("mode") == "compile" and result["spots"], result
+    if result.get("applied"):
+        assert result["correct"] is True and result["graph_breaks"] == 0, result
