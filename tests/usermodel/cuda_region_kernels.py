@@ -29,8 +29,10 @@ extern "C" cublasStatus_t lt_gemm_bf16(cublasLtHandle_t lt, cudaStream_t stream,
     cublasLtMatmulPreference_t pref = nullptr;
     cublasStatus_t st = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     const cublasOperation_t ta = w_nk ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
-    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
-    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
     if (st == CUBLAS_STATUS_SUCCESS && epilogue == 1) {
         const cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_GELU_BIAS;
         const cudaDataType_t bias_type = CUDA_R_16BF;
@@ -41,12 +43,14 @@ extern "C" cublasStatus_t lt_gemm_bf16(cublasLtHandle_t lt, cudaStream_t stream,
             st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type));
     }
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = w_nk ? cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, k, n, k) : cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, n, k, n);
+        st = w_nk ? cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, k, n, k)
+                  : cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, n, k, n);
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, k, m, k);
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, n, m, n);
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceCreate(&pref);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_size, sizeof(ws_size));
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_size,
+                                                  sizeof(ws_size));
     cublasLtMatmulHeuristicResult_t found = {};
     int count = 0;
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, c, c, pref, 1, &found, &count);
@@ -83,7 +87,8 @@ __global__ void silu_mul(__nv_bfloat16* __restrict__ out, const __nv_bfloat16* _
 extern "C" cudaError_t silu_mul_launch(void* out, const void* gate, const void* up, int64_t total, cudaStream_t s) {
     const int64_t blocks = std::min<int64_t>((total + 255) / 256, 132 * 32);
     if (total > 0)
-        silu_mul<<<blocks, 256, 0, s>>>((__nv_bfloat16*)out, (const __nv_bfloat16*)gate, (const __nv_bfloat16*)up, total);
+        silu_mul<<<blocks, 256, 0, s>>>((__nv_bfloat16*)out, (const __nv_bfloat16*)gate,
+                                        (const __nv_bfloat16*)up, total);
     return cudaGetLastError();
 }
 """
@@ -112,9 +117,11 @@ static void expect(const torch::Tensor& t) {
 static void gemm(const torch::Tensor& x, const torch::Tensor& w, bool w_nk, const torch::Tensor* bias, int epilogue,
                  torch::Tensor& y, int64_t m, int64_t n, int64_t k) {
     auto ws = torch::empty({(int64_t)WORKSPACE}, x.options().dtype(torch::kUInt8));
-    const cublasStatus_t st = lt_gemm_bf16(at::cuda::getCurrentCUDABlasLtHandle(), c10::cuda::getCurrentCUDAStream().stream(),
-                                           (int)m, (int)n, (int)k, x.data_ptr(), w.data_ptr(), w_nk,
-                                           bias ? bias->data_ptr() : nullptr, epilogue, y.data_ptr(), ws.data_ptr(), WORKSPACE);
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+    const cublasStatus_t st =
+        lt_gemm_bf16(at::cuda::getCurrentCUDABlasLtHandle(), stream, (int)m, (int)n, (int)k, x.data_ptr(),
+                     w.data_ptr(), w_nk, bias ? bias->data_ptr() : nullptr, epilogue, y.data_ptr(), ws.data_ptr(),
+                     WORKSPACE);
     TORCH_CHECK(st == CUBLAS_STATUS_SUCCESS, "cuBLASLt matmul failed with status ", (int)st);
 }
 
