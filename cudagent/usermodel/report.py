@@ -68,11 +68,22 @@ def markdown(record: dict, proof: dict) -> str:
         lines += ["The patched model does not match the original; nothing is claimed.", ""]
     else:
         v = proof["verification"]
-        lines += [
-            f"The patched model ({len(proof['applied'])} kernel(s) applied) matches the original on {v['inputs']} "
-            f"fresh inputs (max abs error {v['max_abs_error']:.3g}; the evaluator's tolerances).",
-            "",
-        ]
+        wide = v.get("against_float32")
+        how = (
+            f"is as accurate as the original against a float32 run of the model (relative L2 error "
+            f"{wide['patched']['rel_l2']:.3g} against the original's {wide['original']['rel_l2']:.3g}; the two differ "
+            f"by up to {v['max_abs_error']:.3g}, beyond the dtype's tolerance)"
+            if wide
+            else f"matches the original (max abs error {v['max_abs_error']:.3g}; the evaluator's tolerances)"
+        )
+        lines += [f"The patched model ({len(proof['applied'])} kernel(s) applied) {how} on {v['inputs']} fresh inputs."]
+        if "graph_breaks" in proof:
+            lines += [
+                f"Its kernels are custom ops in the model's graph: torch.compile traced it in {proof['graphs']} "
+                f"graph(s) with {proof['graph_breaks']} graph break(s); a kind was kept only if the model was faster "
+                f"with it in {proof.get('mode')} mode."
+            ]
+        lines.append("")
         timing = proof.get("timing") or {}
         ms = timing.get("ms", {})
         spread = timing.get("round_spread_ms", {})
@@ -99,8 +110,9 @@ def markdown(record: dict, proof: dict) -> str:
             f"the same clock as every verdict, {timing.get('rounds')} interleaved rounds.",
             "",
         ]
+    call = "patch(model, *example_inputs)" if "graph_breaks" in proof or proof.get("mode") else "patch(model)"
     lines += [
-        f"Apply it: `import {_package(proof)}; {_package(proof)}.patch(model)` "
+        f"Apply it: `import {_package(proof)}; {_package(proof)}.{call}` "
         "(`cudagent export RUN DEST` writes it anywhere).",
         "",
         "![speedups](report.png)",

@@ -73,3 +73,52 @@ def test_only_kernels_faster_than_their_module_go_back_unless_asked(best, keep_s
 
     outcome = spot_outcome(best, keep_slower)
     assert outcome == said if said in ("kernel", "no verified kernel") else said in outcome, outcome
+
+
+class _Chain:
+    """A bf16 model of many small steps, each rounded to bf16 as eager does: its output drifts from a float32 run,
+    as a deep model's does (the GPT-2 put-back found it on the H100: a kernel keeping fp32 between steps moved 183 of
+    3.1 million outputs past bf16's tolerance)."""
+
+    def __init__(self, steps: int = 30):
+        self.steps = steps
+        self.inputs = self
+
+    def make_inputs(self, seed: int, device: str, dtype=None):
+        import torch
+
+        x = torch.randn(64, 256, generator=torch.Generator().manual_seed(seed))
+        return [x.to(getattr(torch, dtype)) if dtype else x], {}
+
+    def model(self, precision):
+        """precision: 'rounded' (each step in the input's dtype), 'wide' (fp32 inside, one rounding at the end) or
+        'noisy' (rounded, and a small error added: a kernel less accurate than the model)."""
+        import torch
+
+        def forward(x):
+            y = x.float() if precision == "wide" else x
+            for i in range(self.steps):
+                y = y * 0.98 + 0.3 * torch.sin(2.0 * y + 0.1 * i)
+            if precision == "noisy":
+                y = y + 0.5 * torch.sin(1000 * x.float()).to(y.dtype)
+            return y.to(x.dtype)
+
+        return forward
+
+
+def test_a_bf16_model_is_judged_against_a_float32_run_when_a_kernel_keeps_more_precision():
+    import torch
+
+    from cudagent.usermodel.prove import _verify
+
+    chain = _Chain()
+    original, wide = chain.model("rounded"), chain.model("wide")
+    plain = _verify(original, wide, chain, "cpu", "bfloat16")  # bf16's tolerance alone refuses the better kernel
+    assert plain["correct"] is False, plain
+    fair = _verify(original, wide, chain, "cpu", "bfloat16", wide=lambda x: chain.model("wide")(x.float()))
+    assert fair["correct"] is True and fair["inputs"] == 3, fair
+    errors = fair["against_float32"]
+    assert errors["patched"]["rel_l2"] < errors["original"]["rel_l2"], errors
+    worse = _verify(original, chain.model("noisy"), chain, "cpu", "bfloat16", wide=chain.model("wide"))
+    assert worse["correct"] is False and "less accurate than the original" in worse["why"], worse
+    assert torch.bfloat16  # the chain runs in bf16
