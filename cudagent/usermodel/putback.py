@@ -59,10 +59,28 @@ def capture(model, args: tuple, kwargs: dict | None = None):
         q.setLevel(logging.CRITICAL)
     try:
         with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
-            return torch.export.export(model, tuple(args), kwargs or {}, strict=False)
+            program = torch.export.export(model, tuple(args), kwargs or {}, strict=False)
     finally:
         for q, level in zip(quiet, levels, strict=True):
             q.setLevel(level)
+    _drop_metadata_checks(program)
+    return program
+
+
+def _drop_metadata_checks(program) -> None:
+    """Remove the dtype/device checks export puts after a `.to()` (`aten._assert_tensor_metadata`): they compute
+    nothing, yet as a second reader of a value they would keep it from fusing with its one real consumer (an
+    RMSNorm's fp32 product and its cast back)."""
+    import torch
+
+    graph = program.graph_module.graph
+    checks = [
+        n for n in graph.nodes if n.op == "call_function" and n.target is torch.ops.aten._assert_tensor_metadata.default
+    ]
+    for node in checks:
+        graph.erase_node(node)
+    if checks:
+        program.graph_module.recompile()
 
 
 def node_targets(program, names) -> dict[str, str]:

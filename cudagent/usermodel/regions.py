@@ -143,8 +143,10 @@ def group(program) -> list[Region]:
         return len(users) == 1 and users[0] is consumer
 
     def elementwise_only(value) -> bool:
-        """Whether everything that reads `value` (through views) is elementwise work no normalization claimed: then
-        all of it can join `value`'s region and `value` need never leave it (GPT-2's GELU reads its input thrice)."""
+        """Whether everything that reads `value` (through views) is elementwise work no normalization claimed, and
+        that work comes together again (GPT-2's GELU reads its input thrice, into one product): then all of it can
+        join `value`'s region and `value` need never leave it. Readers that go apart (a residual stream feeding a
+        norm and the next residual add; rotary tables read by every layer) do not make one region."""
         users, seen = list(value.users), []
         while users:
             user = users.pop()
@@ -152,18 +154,56 @@ def group(program) -> list[Region]:
                 users.extend(user.users)
                 continue
             seen.append(user)
-        return bool(seen) and all(
+        if not seen or not all(
             (op_name(u) in POINTWISE or op_name(u) in EPILOGUE_ANCHORS) and u not in claimed for u in seen
-        )
+        ):
+            return False
+        return len(seen) == 1 or bool(set.intersection(*(_downstream(u) for u in seen)))
 
-    # 1. anchors; a normalization claims the residual add that feeds it
+    def _downstream(node, depth: int = 16) -> set:
+        """The elementwise work reachable from `node` (itself included) within `depth` steps."""
+        found, frontier = {node}, [node]
+        for _ in range(depth):
+            frontier = [
+                u
+                for n in frontier
+                for u in n.users
+                if u not in found and (op_name(u) in POINTWISE or op_name(u) in VIEWS or op_name(u) in EPILOGUE_ANCHORS)
+            ]
+            if not frontier:
+                break
+            found.update(frontier)
+        return found
+
+    def prologue(node) -> list:
+        """A reduction's elementwise preparation of one input (RMSNorm written out: `x.to(float32).pow(2)` before
+        its mean), back to the value it prepares; [] when there is none."""
+        chain, value = [], node.args[0] if node.args else None
+        while (
+            getattr(value, "op", None) == "call_function"
+            and op_name(value) in POINTWISE | VIEWS
+            and len(value.all_input_nodes) == 1
+            and value not in region_of
+        ):
+            chain.append(value)
+            value = value.all_input_nodes[0]
+        return chain
+
+    # 1. anchors; a normalization claims the residual add that feeds it, and a reduction its elementwise
+    #    preparation (an RMSNorm written out is a norm: its cast and square before the mean, the residual before them)
     claimed = set()
     for node in nodes:
         kind = _anchor(op_name(node))
         if kind is not None:
             new_region(node, kind)
-            if kind == "norm":
-                source = producer(node.args[0]) if node.args else None
+            first = node
+            if kind == "reduction":
+                for step in prologue(node):
+                    region_of[step] = region_of[node]
+                    claimed.add(step)
+                    first = step
+            if kind in ("norm", "reduction"):
+                source = producer(first.args[0]) if first.args else None
                 if source is not None and op_name(source) in ("add", "sub") and source not in region_of:
                     region_of[source] = region_of[node]
                     claimed.add(source)

@@ -13,57 +13,92 @@ from __future__ import annotations
 
 import re
 
-LT_CPP = r"""// cuBLASLt GEMMs over row-major bf16 matrices: Y[M,N] = X[M,K] * W (+ epilogue), fp32 accumulation.
+LT_CPP = r"""// cuBLASLt GEMMs over row-major bf16 matrices: Y[M,N] = X[M,K] * W (+ epilogue), fp32 accumulation. The
+// descriptors and the algorithm of each shape are made once (a heuristic query costs tens of microseconds of host
+// time: more than the GEMM saves when the model runs compiled and the host sets the pace).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <map>
+#include <mutex>
+#include <tuple>
 
-// w_nk: W is [N,K] (nn.Linear) else [K,N] (Conv1D). epilogue: 0 none, 1 bias + GELU (tanh form).
-extern "C" cublasStatus_t lt_gemm_bf16(cublasLtHandle_t lt, cudaStream_t stream, int m, int n, int k, const void* x,
-                                       const void* w, int w_nk, const void* bias, int epilogue, void* y, void* ws,
-                                       size_t ws_size) {
-    // column-major view: Y^T[N,M] = op(W)[N,K] * X^T[K,M]
+namespace {
+
+struct Plan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-    cublasLtMatmulPreference_t pref = nullptr;
-    cublasStatus_t st = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasLtMatmulAlgo_t algo = {};
+};
+
+using Key = std::tuple<cublasLtHandle_t, int, int, int, int, int>;
+
+cublasStatus_t make_plan(cublasLtHandle_t lt, int m, int n, int k, int w_nk, int epilogue, size_t ws_size, Plan& p) {
+    // column-major view: Y^T[N,M] = op(W)[N,K] * X^T[K,M]
+    cublasStatus_t st = cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     const cublasOperation_t ta = w_nk ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+        st = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+        st = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
     if (st == CUBLAS_STATUS_SUCCESS && epilogue == 1) {
         const cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_GELU_BIAS;
         const cudaDataType_t bias_type = CUDA_R_16BF;
-        st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e));
+        st = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e));
         if (st == CUBLAS_STATUS_SUCCESS)
-            st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
-        if (st == CUBLAS_STATUS_SUCCESS)
-            st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type));
+            st = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                sizeof(bias_type));
     }
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = w_nk ? cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, k, n, k)
-                  : cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, n, k, n);
-    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, k, m, k);
-    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, n, m, n);
+        st = w_nk ? cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, k, n, k)
+                  : cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, n, k, n);
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, k, m, k);
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&p.c, CUDA_R_16BF, n, m, n);
+    cublasLtMatmulPreference_t pref = nullptr;
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceCreate(&pref);
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_size,
                                                   sizeof(ws_size));
     cublasLtMatmulHeuristicResult_t found = {};
     int count = 0;
-    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, c, c, pref, 1, &found, &count);
-    if (st == CUBLAS_STATUS_SUCCESS && count == 0) st = CUBLAS_STATUS_NOT_SUPPORTED;
-    const float alpha = 1.f, beta = 0.f;
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmul(lt, op, &alpha, w, a, x, b, &beta, y, c, y, c, &found.algo, ws, ws_size, stream);
+        st = cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &found, &count);
+    if (st == CUBLAS_STATUS_SUCCESS && count == 0) st = CUBLAS_STATUS_NOT_SUPPORTED;
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
+    p.algo = found.algo;
     return st;
+}
+
+}  // namespace
+
+// w_nk: W is [N,K] (nn.Linear) else [K,N] (Conv1D). epilogue: 0 none, 1 bias + GELU (tanh form).
+extern "C" cublasStatus_t lt_gemm_bf16(cublasLtHandle_t lt, cudaStream_t stream, int m, int n, int k, const void* x,
+                                       const void* w, int w_nk, const void* bias, int epilogue, void* y, void* ws,
+                                       size_t ws_size) {
+    static std::mutex lock;
+    static std::map<Key, Plan> plans;
+    Plan plan;
+    {
+        const std::lock_guard<std::mutex> hold(lock);
+        const Key key{lt, m, n, k, w_nk, epilogue};
+        auto it = plans.find(key);
+        if (it == plans.end()) {
+            Plan made;
+            const cublasStatus_t st = make_plan(lt, m, n, k, w_nk, epilogue, ws_size, made);
+            if (st != CUBLAS_STATUS_SUCCESS) return st;
+            it = plans.emplace(key, made).first;
+        }
+        plan = it->second;
+        if (epilogue == 1) {  // the bias of this call (one descriptor per shape: set under the lock, used at once)
+            const cublasStatus_t st =
+                cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+            if (st != CUBLAS_STATUS_SUCCESS) return st;
+        }
+        const float alpha = 1.f, beta = 0.f;
+        return cublasLtMatmul(lt, plan.op, &alpha, w, plan.a, x, plan.b, &beta, y, plan.c, y, plan.c, &plan.algo, ws,
+                              ws_size, stream);
+    }
 }
 """
 
@@ -116,11 +151,14 @@ static void expect(const torch::Tensor& t) {
 
 static void gemm(const torch::Tensor& x, const torch::Tensor& w, bool w_nk, const torch::Tensor* bias, int epilogue,
                  torch::Tensor& y, int64_t m, int64_t n, int64_t k) {
-    auto ws = torch::empty({(int64_t)WORKSPACE}, x.options().dtype(torch::kUInt8));
+    // one workspace, made on first use and kept (never freed: no destructor runs after CUDA is torn down)
+    static torch::Tensor* ws = nullptr;
+    if (ws == nullptr || ws->device() != x.device())
+        ws = new torch::Tensor(torch::empty({(int64_t)WORKSPACE}, x.options().dtype(torch::kUInt8)));
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
     const cublasStatus_t st =
         lt_gemm_bf16(at::cuda::getCurrentCUDABlasLtHandle(), stream, (int)m, (int)n, (int)k, x.data_ptr(),
-                     w.data_ptr(), w_nk, bias ? bias->data_ptr() : nullptr, epilogue, y.data_ptr(), ws.data_ptr(),
+                     w.data_ptr(), w_nk, bias ? bias->data_ptr() : nullptr, epilogue, y.data_ptr(), ws->data_ptr(),
                      WORKSPACE);
     TORCH_CHECK(st == CUBLAS_STATUS_SUCCESS, "cuBLASLt matmul failed with status ", (int)st);
 }

@@ -265,3 +265,37 @@ def test_no_region_has_a_path_out_of_it_and_back_so_every_region_can_be_one_call
     patched = rewrite(program, {r.name + r.nodes[0]: (r, register(r, program)) for r in regions})
     with torch.no_grad():
         torch.testing.assert_close(patched(*args), model(*args))
+
+
+def test_a_written_out_rmsnorm_is_one_region_with_its_residual_and_rotary_stays_per_layer():
+    """transformers' Llama in bf16: its RMSNorm is written out (`x.to(float32).pow(2).mean()`, rsqrt, the product,
+    the cast back, the weight) and export puts a dtype check after each cast. The norm, its residual add and its
+    weight are one region (two outputs: the sum and the normed value), and the rotary tables read by every layer do
+    not chain the layers into one region that no call could stand for."""
+    from transformers import LlamaConfig, LlamaModel
+
+    config = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        vocab_size=100,
+        use_cache=False,
+    )
+    model = LlamaModel(config).to(torch.bfloat16).eval()
+    x = torch.randint(0, 100, (1, 16))
+    program = capture(model, (x,))
+    assert not [n for n in program.graph.nodes if "assert_tensor_metadata" in str(n.target)]
+    regions = group(program)
+    norms = [r for r in regions if {"mean", "rsqrt"} <= set(r.ops)]
+    assert len(norms) == 5, [r.describe() for r in regions]  # two per layer and the final one
+    residual = [r for r in norms if r.ops[0] == "add"]
+    assert len(residual) == 4 and all(len(r.outputs) == 2 for r in residual[:-1]), [r.describe() for r in norms]
+    assert all(r.ops[-1] == "mul" and len(r.weights) == 1 for r in norms)  # the weight's product is inside
+    rotary = [r for r in regions if r.anchor == "gemm" and "neg" in r.ops]
+    layers = [{m.split(".")[1] for m in r.modules} for r in rotary]  # each within one layer
+    assert len(rotary) == 4 and all(len(found) == 1 for found in layers), [r.modules for r in rotary]
+    patched = rewrite(program, {r.name + r.nodes[0]: (r, register(r, program)) for r in norms + rotary})
+    with torch.no_grad():
+        torch.testing.assert_close(patched(x).last_hidden_state, model(x).last_hidden_state)
