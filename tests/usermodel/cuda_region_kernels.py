@@ -20,9 +20,7 @@ LT_CPP = r"""// cuBLASLt GEMMs over row-major bf16 matrices: Y[M,N] = X[M,K] * W
 #include <cuda_runtime.h>
 
 #include <cstddef>
-#include <map>
 #include <mutex>
-#include <tuple>
 
 namespace {
 
@@ -32,7 +30,16 @@ struct Plan {
     cublasLtMatmulAlgo_t algo = {};
 };
 
-using Key = std::tuple<cublasLtHandle_t, int, int, int, int, int>;
+// a plan per shape: what cuBLASLt was told and chose, never a result (outputs are computed by every call)
+struct Shape {
+    cublasLtHandle_t lt;
+    int m, n, k, w_nk, epilogue;
+    bool operator==(const Shape& o) const {
+        return lt == o.lt && m == o.m && n == o.n && k == o.k && w_nk == o.w_nk && epilogue == o.epilogue;
+    }
+};
+
+constexpr int PLANS = 16;
 
 cublasStatus_t make_plan(cublasLtHandle_t lt, int m, int n, int k, int w_nk, int epilogue, size_t ws_size, Plan& p) {
     // column-major view: Y^T[N,M] = op(W)[N,K] * X^T[K,M]
@@ -77,19 +84,25 @@ extern "C" cublasStatus_t lt_gemm_bf16(cublasLtHandle_t lt, cudaStream_t stream,
                                        const void* w, int w_nk, const void* bias, int epilogue, void* y, void* ws,
                                        size_t ws_size) {
     static std::mutex lock;
-    static std::map<Key, Plan> plans;
+    static Shape shapes[PLANS];
+    static Plan plans[PLANS];
+    static int planned = 0;
     Plan plan;
     {
         const std::lock_guard<std::mutex> hold(lock);
-        const Key key{lt, m, n, k, w_nk, epilogue};
-        auto it = plans.find(key);
-        if (it == plans.end()) {
+        const Shape shape{lt, m, n, k, w_nk, epilogue};
+        int i = 0;
+        while (i < planned && !(shapes[i] == shape)) ++i;
+        if (i == planned) {
             Plan made;
             const cublasStatus_t st = make_plan(lt, m, n, k, w_nk, epilogue, ws_size, made);
             if (st != CUBLAS_STATUS_SUCCESS) return st;
-            it = plans.emplace(key, made).first;
+            if (planned == PLANS) return CUBLAS_STATUS_NOT_SUPPORTED;  // more shapes than a model of this kind has
+            shapes[i] = shape;
+            plans[i] = made;
+            ++planned;
         }
-        plan = it->second;
+        plan = plans[i];
         if (epilogue == 1) {  // the bias of this call (one descriptor per shape: set under the lock, used at once)
             const cublasStatus_t st =
                 cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));

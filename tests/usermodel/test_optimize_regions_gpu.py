@@ -69,11 +69,13 @@ def test_a_models_fusion_regions_are_optimized_and_put_back_under_torch_compile(
     print(json.dumps(result, indent=1, default=str))
     if result.get("package"):
         print((Path(result["package"]).parent / "report.md").read_text())
-    for spot in record["spots"]:  # an episode with a kernel that did not verify: its turns, for the log
-        if spot.get("run_id") and spot.get("outcome") != "kernel" and spot.get("tier") is not None:
+    for spot in record["spots"]:  # an episode whose kernel did not verify: its turns, for the log
+        if spot.get("run_id") and spot.get("outcome") != "kernel":
             lines = (tmp_path / "home" / "runs" / spot["run_id"] / "trajectory.jsonl").read_text().splitlines()
-            for line in lines[1:]:
-                print(line[:2500])
+            if any('"compile"' in line for line in lines):
+                print(f"--- {spot['spot']}: {spot.get('outcome')}; its turns:")
+                for line in lines[1:]:
+                    print(line[:2500])
     assert record["by"] == "regions"
     fused = [s for s in record["spots"] if (s.get("tier") or -1) >= 1]
     assert fused and all(len(s["regions"]) == 2 for s in fused), record["spots"]  # one kernel, both layers
