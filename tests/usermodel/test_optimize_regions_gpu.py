@@ -48,6 +48,7 @@ MODELS = {
         "2",
     ),
 }
+MODELS["llama_16x1024"] = (*MODELS["llama"][:2], "input_ids=i64[16,1024]<32000", "3")
 
 
 @pytest.mark.serial
