@@ -285,12 +285,15 @@ def put_back(run: ModelRun, request: ModelRequest, options, say) -> dict:
     if proof.get("correct"):
         measured = timing.get("speedup_vs_eager")
         predicted = proof["predicted_speedup_vs_eager"]
+        over_compile = timing.get("speedup_vs_compile")
         say(
             f"put back {len(proof['applied'])} kernel(s): the patched model matches the original"
             + (f"; {measured:.2f}x over eager measured, {predicted:.2f}x predicted" if measured and predicted else "")
+            + (f"; {over_compile:.2f}x over torch.compile" if over_compile else "")
         )
     else:
-        say(f"put back: {proof.get('error') or 'the patched model does not match the original'}")
+        why = proof.get("error") or proof.get("why") or "the patched model does not match the original"
+        say(f"nothing put back: {why}")
     return proof
 
 

@@ -118,14 +118,19 @@ def prove_regions(request: dict, user, kernels, device: str) -> dict:
         names, patched, check, clock, baseline, variant, keep_slower=request.get("keep_slower", False)
     )
     for name in names:
-        result["spots"][name] = {"correct": name in kept, **({"why": dropped[name]} if name in dropped else {})}
+        correct = name in alone  # timed alone only once its outputs were right
+        result["spots"][name] = {"correct": correct, "kept": name in kept}
+        if name in dropped:
+            result["spots"][name]["why"] = dropped[name]
         if name in alone:
             result["spots"][name]["model_ms_alone"] = alone[name]
     result["alone_baseline_ms"] = {variant: baseline}
     result["applied"] = kept
     if not kept:
         result["correct"] = False
-        result["why"] = "no kind of region made the model faster " + ("compiled" if mode == "compile" else "eager")
+        result["why"] = "no kind of region both kept the model's outputs and made it faster " + (
+            "compiled" if mode == "compile" else "eager"
+        )
         return result
     final = patched(kept)
     result["verification"] = _verify(original, final, user, device, dtype, wide)

@@ -52,7 +52,7 @@ def markdown(record: dict, proof: dict) -> str:
         put = s.get("put_back")
         if put is None:
             placed = s.get("outcome", "-")
-        elif put.get("correct"):
+        elif put.get("kept", put.get("correct")):
             placed = "matches the original"
         else:
             placed = f"left out: {put.get('why', 'wrong')}"
@@ -64,6 +64,8 @@ def markdown(record: dict, proof: dict) -> str:
     lines.append("")
     if proof.get("error"):
         lines += [f"The proof did not run: {proof['error']}", ""]
+    elif not proof.get("correct") and proof.get("why"):
+        lines += [f"Nothing was put back: {proof['why']}; the model stays as it was.", ""]
     elif not proof.get("correct"):
         lines += ["The patched model does not match the original; nothing is claimed.", ""]
     else:
