@@ -101,3 +101,19 @@ def test_a_model_without_parameters_is_a_good_task(tmp_path):
 
     out = validate_task(load_task(task), "cpu")
     assert tuple(out.shape) == (64,)
+
+
+def test_a_cuda_solution_checked_on_a_cpu_build_is_refused_before_compiling(tmp_path):
+    """The README's GPU example checked on a laptop: the solution's C++ includes CUDA headers, which a CPU build
+    cannot compile (found by a newcomer: 46 s of compiling before the sentence). Refused at once, naming the file
+    and the header."""
+    import time
+
+    task = REPO / "examples" / "tasks" / "softmax.py"
+    solution = REPO / "examples" / "solutions" / "cuda" / "softmax"
+    started = time.monotonic()
+    proc = run_cli(["check", str(task), str(solution), "--device", "cpu", "--no-timing"], tmp_path)
+    took = time.monotonic() - started
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "but this is a CPU build" in proc.stderr + proc.stdout and "includes <" in proc.stderr + proc.stdout
+    assert took < 40, took  # loading torch and the task, no compiler

@@ -23,7 +23,7 @@ import time
 
 from cudagent.agent.actions import native_call, parse_text_action
 from cudagent.agent.policy import ContextOverflow, PolicyError, PolicyReply, ToolCall, Usage
-from cudagent.errors import CudagentError
+from cudagent.errors import CudagentError, EnvironmentProblem
 
 MODES = ("auto", "required", "text")
 _CONTEXT_HINTS = (
@@ -58,7 +58,9 @@ class OpenAIChatPolicy:
     ):
         import openai
 
-        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or ""
+        if not self.base_url:  # never a silent default: a hosted API is a choice, and it costs money
+            raise EnvironmentProblem(NO_SERVER)
         check_base_url(self.base_url, "--base-url" if base_url else "OPENAI_BASE_URL")
         self.on_retry = on_retry  # told, in one line, of every retry as it happens
         self._preparing = False
@@ -312,6 +314,12 @@ class OpenAIChatPolicy:
                 retryable=True,
             )
         return PolicyError(f"{type(exc).__name__} while {where}: {str(exc)[:300]}")
+
+
+NO_SERVER = (
+    "no model server configured: set OPENAI_BASE_URL or pass --base-url (a local vLLM or llama.cpp server: "
+    "http://localhost:8000/v1; OpenAI's API: https://api.openai.com/v1)"
+)
 
 
 def check_base_url(url: str, where: str) -> None:

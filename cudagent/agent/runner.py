@@ -131,9 +131,9 @@ def new_run(task_path: Path, options: RunOptions, reporter, model, extra_header:
     task = load_task(task_path)
     requested_sandbox = options.sandbox or "auto"
     sandbox = choose_sandbox(requested_sandbox)
-    evaluator, remote = open_port(task, options, options.device)
+    evaluator, remote = open_port(task, options, options.device)  # the task validated (a broken one: exit 2)
     try:
-        model.prepare()
+        model.prepare()  # the model server reached before any baseline or build: a wrong address costs nothing
     except BaseException:
         asyncio.run(evaluator.close())
         raise
@@ -346,6 +346,12 @@ def warn_about_sandbox(sandbox: Sandbox) -> None:
     if warning:
         sys.stderr.write(f"cudagent: warning: {warning}\n")
         sys.stderr.flush()
+
+
+def reach_server(policy_settings: PolicySettings) -> None:
+    """Build the chat policy and reach its server once (list its models, probe its tool calls), before a model run
+    profiles or builds anything: a missing or unreachable server is one sentence and exit 3 at once."""
+    _Prepared(policy_settings.build()).prepare()
 
 
 class _Prepared:

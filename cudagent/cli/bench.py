@@ -246,12 +246,12 @@ def _print_table(report: dict, rows) -> None:
     """The summary table on stdout: a column per figure where the terminal is wide enough, else a row per figure
     (nothing cut, no word broken)."""
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
     from cudagent.bench.report import COLUMNS, cell
+    from cudagent.cli.output import console as plain_console
 
-    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 170)
+    console = plain_console()
     title = f"cudagent bench ({report['device_name']})"
     wide = Table(title=title, box=box.SIMPLE_HEAD)
     wide.add_column("", no_wrap=True)

@@ -27,8 +27,9 @@ def doctor(
     if as_json:
         typer.echo(json.dumps({"ok": all(c["ok"] or not c["needed"] for c in checks), "checks": checks}))
     else:
-        from rich.console import Console
         from rich.table import Table
+
+        from cudagent.cli.output import console
 
         table = Table(title="cudagent doctor")
         for col in ("check", "status", "detail"):
@@ -38,7 +39,7 @@ def doctor(
                 "[green]ok[/green]" if c["ok"] else ("[red]missing[/red]" if c["needed"] else "[yellow]no[/yellow]")
             )
             table.add_row(c["name"], status, c["detail"])
-        Console().print(table)
+        console().print(table)
     raise typer.Exit(int(ExitCode.OK if all(c["ok"] or not c["needed"] for c in checks) else ExitCode.ENVIRONMENT))
 
 
@@ -111,7 +112,7 @@ def _doctor_checks(device: str, server: tuple | None) -> list[dict]:
 def _server_checks(base_url: str | None, model: str | None) -> list[dict]:
     import os
 
-    from cudagent.agent.openai_policy import OpenAIChatPolicy
+    from cudagent.agent.openai_policy import NO_SERVER, OpenAIChatPolicy
     from cudagent.agent.policy import PolicyError
 
     if not base_url and not os.environ.get("OPENAI_BASE_URL"):
@@ -119,8 +120,7 @@ def _server_checks(base_url: str | None, model: str | None) -> list[dict]:
             {
                 "name": "model server",
                 "ok": False,
-                "detail": "no model server configured: pass --base-url http://HOST:PORT/v1 or set OPENAI_BASE_URL "
-                "(--no-server skips this check)",
+                "detail": f"{NO_SERVER} (--no-server skips this check)",
                 "needed": True,
             }
         ]

@@ -127,15 +127,16 @@ def _regions(user, model, args, kwargs, device: str, top: int, tasks: int, out: 
     if as_json:
         typer.echo(json.dumps({**record, "directory": str(directory)}))
     else:
-        from rich.console import Console
         from rich.table import Table
+
+        from cudagent.cli.output import console
 
         table = Table(title=f"fusion regions of {user.name} on {device} ({report.dtype}, {user.inputs.text()})")
         for col in rows[0]:
             table.add_column(col, overflow="fold")
         for r in rows[1:]:
             table.add_row(*r)
-        Console(stderr=False).print(table)
+        console().print(table)
         for k in report.kinds[:tasks]:
             said = f"task {k.task}" if k.task else f"no task: {k.reason}"
             typer.echo(f"region {k.first.name} ({100 * k.share:.1f}%): {said}", err=True)
@@ -144,8 +145,9 @@ def _regions(user, model, args, kwargs, device: str, top: int, tasks: int, out: 
 
 
 def _print(found, user, top: int, directory: Path) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from cudagent.cli.output import console
 
     rows = found.table(top)
     table = Table(title=f"{user.name} on {found.device}: {found.wall_ms:.3f} ms a call ({user.inputs.text()})")
@@ -153,8 +155,8 @@ def _print(found, user, top: int, directory: Path) -> None:
         table.add_column(col, overflow="fold")
     for row in rows[1:]:
         table.add_row(*row)
-    console = Console(stderr=False)
-    console.print(table)
+    out = console()
+    out.print(table)
     for note in user.notes:
         typer.echo(f"note: {note}", err=True)
     typer.echo(f"saved in {directory}", err=True)

@@ -236,6 +236,7 @@ def optimize(
             if token_mode or (model or "").startswith("hf:"):
                 raise CudagentError("a model of your own is optimized with a chat model server; drop --token-mode/hf:")
             options.limits = EpisodeLimits(**{k: v for k, v in overrides.items() if v is not None})
+            from cudagent.agent.runner import reach_server
             from cudagent.usermodel.modelrun import ModelRequest, optimize_model
 
             request = ModelRequest(
@@ -245,10 +246,12 @@ def optimize(
             def episode(path, extra):
                 return start_run(path, settings, options, reporter, extra_header=extra)
 
+            request.load()  # the model and its inputs first (exit 2), then the server (exit 3), then the work
+            reach_server(settings)
             record = optimize_model(request, episode, options, lambda text: typer.echo(f"cudagent: {text}", err=True))
             reporter.close()
             _print_model_run(record, as_json)
-            raise typer.Exit(int(ExitCode.OK))
+            raise typer.Exit(int(record.get("exit_code", ExitCode.OK)))
         else:
             task = Path(task)
             if not task.is_file():

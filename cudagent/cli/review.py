@@ -35,8 +35,9 @@ def runs(as_json: bool = typer.Option(False, "--json", help="Print one JSON obje
     if not rows:
         typer.echo(f"no runs under {root} yet; start one with `cudagent optimize TASK`", err=True)
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from cudagent.cli.output import console
 
     # a run id is never cut (it is what log/show/export take); the other columns wrap
     table = Table()
@@ -46,7 +47,7 @@ def runs(as_json: bool = typer.Option(False, "--json", help="Print one JSON obje
     for r in rows:
         model = Path(r["model"]).name if r["model"] and "/" in r["model"] else r["model"]
         table.add_row(r["run_id"], r["task"], model or "?", str(r["turns"]), r["state"], _best_cell(r["best"]))
-    Console(stderr=False).print(table)
+    console().print(table)
 
 
 @app.command(epilog="Example:\n\n  cudagent log last")
@@ -329,9 +330,20 @@ def _model_run_row(path: Path) -> dict:
     }
 
 
+def _spots_cell(spots: list[dict]) -> str:
+    """A model run's spots in a few words: how many put a kernel forward, how many failed (`log` has the rest)."""
+    kernels = sum(1 for s in spots if s.get("outcome") == "kernel")
+    failed = sum(1 for s in spots if str(s.get("outcome") or "").startswith("failed"))
+    words = [f"{len(spots)} spot{'s' if len(spots) != 1 else ''}", f"{kernels} with a kernel"]
+    if failed:
+        words.append(f"{failed} failed")
+    return ", ".join(words)
+
+
 def _print_model_runs(rows: list[dict]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from cudagent.cli.output import console
 
     table = Table(title="model runs (each spot is an episode run below)")
     table.add_column("model run", no_wrap=True, min_width=max(len(r["run_id"]) for r in rows))
@@ -339,9 +351,9 @@ def _print_model_runs(rows: list[dict]) -> None:
         table.add_column(col, overflow="fold")
     for r in rows:
         e2e = f"{r['speedup_vs_eager']:.2f}x eager" if r["speedup_vs_eager"] else "-"
-        spots = ", ".join(f"{s['spot']}: {s['run_id'] or s['outcome']}" for s in r["spots"])
+        spots = _spots_cell(r["spots"])
         table.add_row(r["run_id"], r["model"], spots, r["state"] or "?", e2e)
-    Console(stderr=False).print(table)
+    console().print(table)
 
 
 def _log_model_run(path: Path, as_json: bool) -> None:

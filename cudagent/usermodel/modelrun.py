@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from cudagent.errors import CudagentError
+from cudagent.errors import CudagentError, ExitCode
 
 RECORD = "model-run.json"
 
@@ -188,16 +188,31 @@ def optimize_model(request: ModelRequest, start_episode, options, say) -> dict:
             raise
         except CudagentError as exc:
             spot["outcome"] = f"failed: {exc.message}"
+            spot["exit_code"] = int(exc.exit_code)
             say(f"spot {spot['spot']}: {spot['outcome']}")
             run.save()
             continue
         spot["run_id"] = summary["run_id"]
+        if summary.get("exit_reason") == "policy_error":  # the model server failed mid-episode
+            spot["outcome"] = f"failed: the model server failed: {summary.get('error')}"
+            spot["exit_code"] = int(ExitCode.ENVIRONMENT)
+            say(f"spot {spot['spot']}: {spot['outcome']}")
+            run.save()
+            continue
         best = summary.get("best") or {}
         spot.update({k: best.get(k) for k in ("commit", "tier", "speedup_vs_eager", "speedup_vs_compile")})
         # a region's kernel is judged by what it does to the whole model, in the mode asked (prove.py)
         spot["outcome"] = spot_outcome(best, request.keep_slower or run.record["by"] == "regions")
         spot["end"] = summary.get("exit_reason")
         run.save()
+    tried = [s for s in run.record["spots"] if s.get("task")]
+    if tried and all("exit_code" in s for s in tried):  # every spot's episode failed: nothing to put back
+        run.record["state"] = "failed"
+        run.record["exit_code"] = max(s["exit_code"] for s in tried)
+        run.record["result"] = {"correct": None, "why": f"every spot failed; the first: {tried[0]['outcome']}"}
+        say(f"model run {run.run_id} failed: {run.record['result']['why']}")
+        run.save()
+        return run.record
     run.record["result"] = put_back(run, request, options, say)
     run.record["state"] = "done"
     run.save()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.agent.episodes import cli_env, cudagent, git
-from tests.agent.script_server import ScriptedServer
+from tests.agent.script_server import ScriptedServer, from_list
 
 MODEL = Path(__file__).with_name("model.py")
 
@@ -241,11 +241,54 @@ def test_bad_input_to_a_model_run_is_one_sentence_exit_2_and_nothing_made(tmp_pa
     model = tmp_path / "model.py"
     shutil.copy2(MODEL, model)
     before = model.read_bytes()
-    env = cli_env(tmp_path / "home", "http://127.0.0.1:9/v1")  # never reached: the model is checked first
-    done = cudagent(["optimize", *[a.format(model=model) for a in args], "--device", "cpu"], env, cwd=tmp_path)
+    with ScriptedServer(from_list([], after={"tool": "finish", "arguments": {"summary": "-"}})) as server:
+        env = cli_env(tmp_path / "home", server.url)  # inputs that do not fit are found when the model first runs
+        done = cudagent(["optimize", *[a.format(model=model) for a in args], "--device", "cpu"], env, cwd=tmp_path)
     assert done.returncode == 2, done.stderr[-2000:]
     assert words in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert model.read_bytes() == before and not (tmp_path / "home" / "runs").exists()
+
+
+@pytest.mark.parametrize("server", ["none", "nothing listening"])
+def test_a_model_run_without_a_reachable_model_server_stops_before_profiling_with_exit_3(tmp_path, server):
+    """No model server configured, or nothing listening at the address given: one sentence and exit 3 at once,
+    before the model is profiled or anything is made (found by a newcomer: six retries per spot against a hosted
+    API the README never named, then exit 0)."""
+    import time
+
+    model = tmp_path / "model.py"
+    shutil.copy2(MODEL, model)
+    env = cli_env(tmp_path / "home", None if server == "none" else "http://127.0.0.1:9/v1")
+    if server == "none":
+        env.pop("OPENAI_BASE_URL", None)
+    started = time.monotonic()
+    done = cudagent(["optimize", f"{model}:Stack", "--inputs", "x=f32[4,16,64]", "--device", "cpu"], env, cwd=tmp_path)
+    took = time.monotonic() - started
+    assert done.returncode == 3, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert ("no model server configured" if server == "none" else "nothing is listening") in lines[0], lines
+    assert "profil" not in done.stderr and not (tmp_path / "home" / "runs").exists()
+    assert took < 30, took  # no retries, no profile
+
+
+@pytest.mark.slow
+def test_a_model_run_whose_every_spot_fails_exits_non_zero_and_is_listed_as_failed(tmp_path):
+    """The server answers the probe, then refuses every chat request (its key revoked mid-run): each spot's episode
+    fails, nothing is put back, the run exits 3 and `cudagent runs` lists it as failed, in a few words."""
+    model = tmp_path / "model.py"
+    shutil.copy2(MODEL, model)
+    refuse = {"status": 401, "body": {"error": {"message": "invalid api key", "type": "auth"}}}
+    with ScriptedServer(from_list([], after=refuse)) as server:
+        env = cli_env(tmp_path / "home", server.url)
+        args = ["optimize", f"{model}:Stack", "--inputs", "x=f32[4,16,64]", "--device", "cpu", "--top", "1"]
+        done = cudagent(args + ["--no-final-check"], env, cwd=tmp_path)
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert "failed" in done.stderr, done.stderr[-3000:]
+    listed = cudagent(["runs"], env)
+    row = next(line for line in listed.stdout.splitlines() if "stack" in line.lower() and "failed" in line)
+    assert "1 failed" in listed.stdout, listed.stdout
+    assert len(row) <= 200, row
 
 
 @pytest.mark.parametrize(

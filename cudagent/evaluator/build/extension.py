@@ -154,6 +154,17 @@ def build_workspace(
     os.utime(ws.build_dir)  # recently used: the last to go when the folders are trimmed
     _link_workspace(ws)
     sources = ws.compiled_sources(cuda=tc.cuda)
+    if not tc.cuda:  # a CUDA solution on a CPU build fails in the compiler after a minute: say so before it starts
+        needs = next(((src, header) for src in sources if (header := cuda_include(src))), None)
+        if needs is not None:
+            src, header = needs
+            return BuildResult(
+                False,
+                time.monotonic() - start,
+                restored=restored,
+                errors=f"{os.path.relpath(src, ws.root)} includes <{header}>, but this is a CPU build (--device cpu, "
+                "or no GPU here): check these kernels on a GPU, or give C++ kernels for the CPU",
+            )
     units = [Unit(src, "nvcc" if src.suffix == ".cu" else "cxx") for src in sources]
     extra_inc, extra_ld = _cudnn_flags() if (tc.cuda and "cudnn" in _libraries_used(sources)) else ([], [])
     # `ws` is the workspace seen from the build folder: kernels may include "binding_registry.h" or
@@ -187,6 +198,33 @@ def build_workspace(
             "check them on a GPU, or give C++ kernels for the CPU\n" + result.errors
         )
     return result
+
+
+_CUDA_HEADER = re.compile(
+    r'^\s*#\s*include\s*[<"]((?:cuda|cuda_runtime|cuda_runtime_api|cuda_bf16|cuda_fp16|cuda_fp8)\.h|'
+    r"(?:c10|ATen)/cuda/[^>\"]+|cublas(?:Lt|_v2)?\.h|cudnn\.h|curand[^>\"]*\.h|cusparse\.h|cufft\.h|cub/[^>\"]+)[>\"]"
+)
+
+
+def cuda_include(source: Path) -> str | None:
+    """The first CUDA header `source` includes outside any #if (a guarded include may be meant for GPU builds only),
+    or None."""
+    depth = 0
+    try:
+        lines = source.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        stripped = line.strip()
+        if re.match(r"#\s*if", stripped):
+            depth += 1
+        elif re.match(r"#\s*endif", stripped):
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            found = _CUDA_HEADER.match(line)
+            if found:
+                return found.group(1)
+    return None
 
 
 def torch_flags(
