@@ -78,7 +78,7 @@ def test_rejected_candidate_exits_1_with_codes():
 def test_human_output():
     proc = cudagent("check", VADD, "tests/adversarial/cases/torch_passthrough", "--device", "cpu", "--no-timing")
     assert proc.returncode == 1
-    assert proc.stdout.startswith("REJECTED (tier -1)") and "[TORCH_OP_IN_FORWARD]" in proc.stdout
+    assert proc.stdout.startswith("REJECTED (tier -1:") and "[TORCH_OP_IN_FORWARD]" in proc.stdout
 
 
 @pytest.mark.parametrize(

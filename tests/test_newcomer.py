@@ -191,3 +191,95 @@ def test_12_small_glitches(tmp_path):
         cli_env(tmp_path, None),
     )
     assert cuda_on_cpu.returncode == 1 and "this is a CPU build" in json.loads(cuda_on_cpu.stdout)["error"]
+
+
+# ----- round two (issue 38): fail before the wait, show the wait, say what happened -------------------------------
+
+
+def test_r2_an_input_spec_with_an_empty_dimension_is_refused_not_read_as_a_smaller_shape():
+    from cudagent.usermodel.inputs import InputSpecError, parse
+
+    with pytest.raises(InputSpecError, match=r"an empty dimension in \[8,,3\]; write every size"):
+        parse("x=f32[8,,3]")
+    assert dict(parse("x=f32[8,3]").kwargs)["x"].shape == (8, 3) and dict(parse("x=f32[]").kwargs)["x"].shape == ()
+
+
+def test_r2_help_shows_its_placeholders_and_whole_variable_names_in_a_plain_log():
+    """Typer's markdown help ate `<run-id>` ("the branch cudagent/;"), and at rich's 80 columns a panel cut
+    `$CUDAGENT_EVALUATOR_TOKEN` to `$CUDAGENT_EVALUATO…` when help went to a pipe."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    env.pop("TERMINAL_WIDTH", None)
+    env.pop("COLUMNS", None)
+    shown = {}
+    for command in ("optimize", "prune"):
+        argv = [sys.executable, "-m", "cudagent", command, "--help"]
+        done = subprocess.run(argv, capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        shown[command] = done.stdout
+    assert "the branch cudagent/RUN-ID;" in shown["optimize"] and "cudagent/RUN-ID/best" in shown["optimize"]
+    assert "cudagent/RUN-ID, never" in shown["prune"]
+    assert "$CUDAGENT_EVALUATOR_TOKEN" in shown["optimize"] and "…" not in shown["optimize"]
+
+
+def test_r2_log_and_show_write_values_as_a_person_reads_them():
+    """`cudagent log` showed 0.0 s for turns whose model took two minutes (only the tools were counted), and
+    `cudagent show` printed `share: 0.6022651625085429`."""
+    from cudagent.cli.review import _duration, _readable, _turn_row
+
+    assert [_duration(s) for s in (0.04, 109.6, 3725.0)] == ["0.0 s", "1 min 49 s", "1 h 02 min"]
+    turn = {
+        "turn": 3,
+        "commit": None,
+        "seconds": 0.02,
+        "reply": {"seconds": 131.5, "usage": {"prompt_tokens": 900, "completion_tokens": 100}},
+        "actions": [{"tool": "finish", "ok": True}],
+    }
+    row = _turn_row(turn)
+    assert row["seconds"] == 131.52 and row["model_seconds"] == 131.5 and row["tokens"] == 1000
+    assert _readable("share", 0.6022651625085429) == "60.2%" and _readable("speedup_vs_eager", 1.2345) == "1.23x"
+    assert _readable("modules", ["blocks.0.fc1", "blocks.1.fc1"]) == "blocks.0.fc1, blocks.1.fc1"
+    assert _readable("put_back", {"correct": True, "max_abs_error": 1.5e-05}) == "correct yes; max abs error 1.5e-05"
+
+
+def test_r2_the_verdict_line_says_what_its_tier_means():
+    from cudagent.evaluator.report import render
+    from cudagent.evaluator.verdict import Verdict
+
+    untimed = render(Verdict(correct=True, tier=1, max_abs_error=0.0))
+    assert untimed.startswith("CORRECT (tier 1: correct; not timed)"), untimed
+    timed = Verdict(correct=True, tier=2, max_abs_error=0.0, speedup_vs_eager=1.5, speedup_vs_compile=0.9)
+    timed.time_ms = {"candidate": 1.0, "eager": 1.5, "compile": 0.9}
+    assert render(timed).startswith("CORRECT (tier 2: correct and faster than eager)"), render(timed)
+    assert render(Verdict()).startswith("REJECTED (tier -1: the reward for a wrong or cheating candidate)")
+
+
+def test_r2_a_mistyped_path_is_refused_before_torch_is_imported():
+    """A wrong file path cost 4-5 s before its sentence: torch was imported first. The time is the startup
+    benchmark's (benchmarks/cli_startup.py); here, what makes it: torch is not imported at all."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    for argv in (
+        ["optimize", "/nonexistent/task.py"],
+        ["check", "/nonexistent/task.py", "/nonexistent/solution"],
+        ["check", str(ROOT / "examples" / "tasks" / "axpby.py"), "/nonexistent/solution"],
+        ["hotspots", "/nonexistent/model.py:Block"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "cudagent", *argv], capture_output=True, text=True, env=env
+        )
+        assert done.returncode == 2, (argv, done.stderr[-500:])
+        imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")}
+        assert "torch" not in imported, argv
+        said = [line for line in done.stderr.splitlines() if line.startswith("cudagent: ")]
+        assert len(said) == 1 and "does not exist" in said[0], (argv, said)
+
+
+def test_r2_check_tells_each_phase_in_a_plain_log_too(capsys):
+    """`cudagent check` with timing printed nothing for 3.5 minutes when its stderr was not a terminal."""
+    from cudagent.cli.check import _status
+
+    with _status(enabled=True, spinner=False) as status:
+        status("measuring eager and torch.compile (once per task and machine)")
+        status("building the extension")
+    said = capsys.readouterr().err.splitlines()
+    assert said[0].startswith("cudagent: measuring eager and torch.compile") and "s so far)" in said[0]
+    assert said[1].startswith("cudagent: building the extension")

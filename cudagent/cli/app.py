@@ -20,6 +20,22 @@ def _flag_type(original):
 if hasattr(typer.core.TyperOption, "display_type_rich"):  # typer 0.20 and later; older ones show no metavar there
     typer.core.TyperOption.display_type_rich = _flag_type(typer.core.TyperOption.display_type_rich)
 
+
+def _plain_help_width() -> None:
+    """Help written to a pipe or a file (no terminal) is rendered 160 columns wide: at rich's 80 a panel cuts an
+    environment variable's name to `$CUDAGENT_EVALUATO…`. Only when help is asked for (rich is imported for it)."""
+    import sys
+
+    if sys.stdout.isatty() or not ({"--help", "-h"} & set(sys.argv) or len(sys.argv) <= 1):
+        return
+    import typer.rich_utils
+
+    if typer.rich_utils.MAX_WIDTH is None:
+        typer.rich_utils.MAX_WIDTH = 160
+
+
+_plain_help_width()
+
 app = typer.Typer(
     name="cudagent",
     help="Make PyTorch modules faster with custom CUDA kernels, judged by a trusted evaluator.",

@@ -33,8 +33,8 @@ def bench(
     tasks_dir: Path = typer.Argument(..., help="A KernelBench checkout (level1/, level2/, ...) or a folder of tasks."),
     solutions: Path = typer.Option(
         None,
-        help="Score existing candidates: DIR/<task>/ (a workspace) or "
-        "DIR/<task>.py (one model_new.py, KernelBench's own format too).",
+        help="Score existing candidates: DIR/TASK/ (a workspace) or "
+        "DIR/TASK.py (one model_new.py, KernelBench's own format too).",
     ),
     level: str = typer.Option(None, help="Levels to run, e.g. 1 or 1,2.", rich_help_panel=SELECT_PANEL),
     select: str = typer.Option(None, help="A glob on task names (or level/name).", rich_help_panel=SELECT_PANEL),

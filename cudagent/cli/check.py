@@ -153,6 +153,14 @@ def _run(
     import asyncio
 
     from cudagent.errors import CudagentError
+
+    # the paths first: a mistyped one is one sentence before torch and the evaluator are imported (seconds)
+    if not Path(task).is_file():
+        raise CudagentError(f"the task file {task} does not exist; give the path of a KernelBench-style .py")
+    if not Path(candidate).exists():
+        raise CudagentError(
+            f"the candidate {candidate} does not exist; give a workspace directory or a model_new.py file"
+        )
     from cudagent.evaluator.audit.sources import audited
     from cudagent.evaluator.compare import Tolerance
     from cudagent.evaluator.evaluator import EvalOptions
@@ -198,7 +206,7 @@ def _run(
         finally:
             await port.close()
 
-    with _status(enabled=not as_json and sys.stderr.isatty() and not urls) as status:
+    with _status(enabled=not urls, spinner=not as_json and sys.stderr.isatty()) as status:
         options.on_phase = status
         verdict = asyncio.run(judge())
     _report(verdict, as_json, detail)
@@ -229,27 +237,32 @@ def _changed_settings(options) -> list[str]:
 
 
 class _status:
-    """A spinner on stderr naming the evaluation's current phase and the time spent (only on a terminal)."""
+    """The evaluation's current phase and the time spent so far, on stderr: a spinner on a terminal, one line per
+    phase in a plain log (a pipe, a file, CI), so that no wait is silent."""
 
-    def __init__(self, enabled: bool):
-        self.enabled, self._status, self._start = enabled, None, 0.0
+    def __init__(self, enabled: bool, spinner: bool = True):
+        self.enabled, self.spinner, self._status, self._start = enabled, spinner, None, 0.0
 
     def __enter__(self):
-        if self.enabled:
-            import time
+        import time
 
+        self._start = time.monotonic()
+        if self.enabled and self.spinner:
             from rich.console import Console
 
-            self._start = time.monotonic()
             self._status = Console(stderr=True).status("starting")
             self._status.start()
         return self
 
     def __call__(self, phase: str) -> None:
-        if self._status is not None:
-            import time
+        import time
 
-            self._status.update(f"{phase} ({time.monotonic() - self._start:.0f} s so far)")
+        so_far = f"{phase} ({time.monotonic() - self._start:.0f} s so far)"
+        if self._status is not None:
+            self._status.update(so_far)
+        elif self.enabled:
+            sys.stderr.write(f"cudagent: {so_far}\n")
+            sys.stderr.flush()
 
     def __exit__(self, *exc) -> None:
         if self._status is not None:

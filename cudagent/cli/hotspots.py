@@ -69,10 +69,10 @@ def hotspots(
 
     if iterations <= 0 or top <= 0 or tasks < 0:
         raise typer.BadParameter("must be positive", param_hint="--iterations / --top / --tasks")
-    dev = resolve_device(device)
-    user = load_user_model(target, module, inputs, init, example, hf)
     if dtype not in (None, "float32", "bfloat16", "float16"):
         raise typer.BadParameter("one of float32, bfloat16, float16", param_hint="--dtype")
+    user = load_user_model(target, module, inputs, init, example, hf)  # a missing file: one sentence, before torch
+    dev = resolve_device(device)
     model, args, kwargs = user.make(seed=0, device=dev.kind, dtype=dtype)
     if regions:
         _regions(user, model, args, kwargs, dev.kind, top, tasks, out, as_json)

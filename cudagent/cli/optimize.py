@@ -167,7 +167,7 @@ def optimize(
     ),
 ) -> None:
     """Run the agent on a task: it writes kernels, compiles, verifies and profiles them, and commits every turn to
-    the branch cudagent/<run-id>; the best verified kernel is tagged cudagent/<run-id>/best."""
+    the branch cudagent/RUN-ID; the best verified kernel is tagged cudagent/RUN-ID/best."""
     from cudagent.agent.episode import EpisodeLimits
     from cudagent.agent.runner import PolicySettings, RunOptions, open_run, resume_run, start_run
     from cudagent.agent.ui import reporter_for

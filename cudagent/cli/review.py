@@ -61,6 +61,8 @@ def log(run: str = RUN_ARG, as_json: bool = typer.Option(False, "--json", help="
         _log_model_run(parent, as_json)
         return
     traj = Trajectory.load(find_run(run, Settings.from_env().runs_root))
+    if not as_json and traj.turns:
+        typer.echo(f"{'turn':>4} {'commit':8} {'model':>8} {'tools':>8} {'tokens':>8}  actions, tier and speedups")
     for t in traj.turns:
         row = _turn_row(t)
         if as_json:
@@ -74,7 +76,8 @@ def log(run: str = RUN_ARG, as_json: bool = typer.Option(False, "--json", help="
             metrics += f" {row['speedup_vs_eager']:.2f}x eager"
         commit = row["commit"][:8] if row["commit"] else "--------"
         typer.echo(
-            f"{row['turn']:4d} {commit} {row['seconds']:7.1f}s {row['tokens']:7d}tok  {row['actions']}{metrics}{best}"
+            f"{row['turn']:4d} {commit:8} {_duration(row['model_seconds']):>8} {_duration(row['tool_seconds']):>8} "
+            f"{row['tokens']:8d}  {row['actions']}{metrics}{best}"
         )
     for e in traj.ends:
         if not as_json:
@@ -104,7 +107,10 @@ def show(
         typer.echo(json.dumps(record, default=str))
         return
     reply = record["reply"]
-    typer.echo(f"=== turn {turn} ({record['seconds']:.1f} s, {reply['usage']['completion_tokens']} tokens out)")
+    typer.echo(
+        f"=== turn {turn} (the model {_duration(reply.get('seconds') or 0.0)}, the tools "
+        f"{_duration(record['seconds'])}, {reply['usage']['completion_tokens']} tokens out)"
+    )
     typer.echo("--- model")
     typer.echo(reply["content"].strip() or "(no text)")
     for a in record["actions"]:
@@ -201,6 +207,15 @@ def _best_cell(best: dict | None) -> str:
     return text
 
 
+def _duration(seconds: float) -> str:
+    """12.3 s, 2 min 05 s, 1 h 02 min: a wait as a person reads it."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+
+
 def _turn_row(t: dict) -> dict:
     tier = se = sc = None
     for a in t["actions"]:
@@ -212,7 +227,9 @@ def _turn_row(t: dict) -> dict:
     return {
         "turn": t["turn"],
         "commit": t["commit"] or next((a["improved"] for a in t["actions"] if a.get("improved")), None),
-        "seconds": t["seconds"],
+        "seconds": round(t["seconds"] + (t["reply"].get("seconds") or 0.0), 3),  # the model's reply and the tools
+        "model_seconds": t["reply"].get("seconds") or 0.0,
+        "tool_seconds": t["seconds"],
         "tokens": usage["prompt_tokens"] + usage["completion_tokens"],
         "actions": actions,
         "tier": tier,
@@ -266,7 +283,7 @@ def prune(
     ),
     yes: bool = typer.Option(False, "--yes", help="Do not ask for confirmation."),
 ) -> None:
-    """Remove runs: their worktrees, their branches and best tags (cudagent/<run-id>, never any other branch),
+    """Remove runs: their worktrees, their branches and best tags (cudagent/RUN-ID, never any other branch),
     and their run directories. A run in use by another cudagent process is left alone."""
     from cudagent.agent.gitrun import RunRepo
     from cudagent.agent.runner import open_run
@@ -383,6 +400,26 @@ def _log_model_run(path: Path, as_json: bool) -> None:
         typer.echo(f"     {r.get('state')}")
 
 
+def _readable(key: str, value) -> str:
+    """A record's value as a person reads it: shares as percentages, speedups as 1.23x, lists joined, dicts as
+    key=value, no Python reprs."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if key == "share":
+            return f"{100 * value:.1f}%"
+        if key.startswith("speedup"):
+            return f"{value:.2f}x"
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_readable(key, v) for v in value) or "-"
+    if isinstance(value, dict):
+        return "; ".join(f"{k.replace('_', ' ')} {_readable(k, v)}" for k, v in value.items()) or "-"
+    return str(value)
+
+
 def _show_spot(path: Path, number: int, as_json: bool) -> None:
     from cudagent.usermodel.modelrun import load_record
 
@@ -394,6 +431,9 @@ def _show_spot(path: Path, number: int, as_json: bool) -> None:
         typer.echo(json.dumps(spot, default=str))
         return
     for key, value in spot.items():
-        typer.echo(f"{key}: {value}")
+        if key == "regions":
+            typer.echo(f"regions: {len(value)} ({', '.join(r['name'] for r in value)})")
+            continue
+        typer.echo(f"{key.replace('_', ' ')}: {_readable(key, value)}")
     if spot.get("run_id"):
         typer.echo(f"its turns: cudagent log {spot['run_id']}")

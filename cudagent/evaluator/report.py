@@ -4,16 +4,23 @@ this is what a person or a model reads, so every line should suggest what to do.
 from __future__ import annotations
 
 TOP_KERNELS = 6
+# the paper's reward tiers, as the verdict line names them
+TIERS = {
+    1: "correct, not faster than eager PyTorch",
+    2: "correct and faster than eager",
+    3: "correct and faster than both eager and torch.compile",
+}
 
 
 def render(v, detail: bool = False) -> str:
     if not v.correct:
-        lines = ["REJECTED (tier -1)"]
+        lines = ["REJECTED (tier -1: the reward for a wrong or cheating candidate)"]
         lines += [f"  [{x.code}] {x.message}" for x in v.violations[:8]]
         if len(v.violations) > 8:
             lines.append(f"  ... and {len(v.violations) - 8} more violations")
         return "\n".join(lines + [f"  note: {n}" for n in v.notes])
-    lines = [f"CORRECT (tier {v.tier}), max abs error {_g(v.max_abs_error)}"]
+    meaning = TIERS.get(v.tier, "") if v.time_ms.get("candidate") is not None else "correct; not timed"
+    lines = [f"CORRECT (tier {v.tier}: {meaning}), max abs error {_g(v.max_abs_error)}"]
     timing = v.timing or {}
     targets = timing.get("targets") or {}
     if v.time_ms.get("candidate") is not None:

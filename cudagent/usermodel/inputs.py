@@ -145,7 +145,12 @@ def _value(text: str, item: str):
             raise InputSpecError(
                 f"{item!r}: unknown dtype {tensor['dtype']!r}; use one of f32, f16, bf16, f64, i64, i32, i8, u8, bool"
             )
-        dims = [d for d in tensor["shape"].split(",") if d.strip()]
+        parts = tensor["shape"].split(",") if tensor["shape"].strip() else []  # f32[] is a 0-d tensor
+        if any(not d.strip() for d in parts):
+            raise InputSpecError(
+                f"{item!r}: an empty dimension in [{tensor['shape']}]; write every size, like f32[8,16,3]"
+            )
+        dims = parts
         high = int(tensor["high"]) if tensor["high"] else None
         if high is not None and (dtype.startswith("float") or dtype in ("bfloat16", "bool")):
             raise InputSpecError(f"{item!r}: a bound <N is for integer inputs only")

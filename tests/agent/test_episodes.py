@@ -71,7 +71,7 @@ def test_solving_episode_commits_every_turn_and_tags_the_best(tmp_path):
     # the model saw tool results as tool messages answering its calls
     last = server.chat_requests[-1]["messages"]
     assert last[-1]["role"] == "tool" and last[-1]["tool_call_id"] == "call_4_0"
-    assert "CORRECT (tier 1)" in last[-1]["content"]
+    assert "CORRECT (tier 1: correct; not timed)" in last[-1]["content"]
 
 
 def test_worktree_leaves_the_users_branch_and_dirty_files_alone(tmp_path):
@@ -286,7 +286,7 @@ def test_wrong_kernel_is_not_a_best(tmp_path):
     s = summary(proc.stdout)
     assert s["best"] is None and s["final"] is None
     text = [m["content"] for m in server.chat_requests[-1]["messages"] if m["role"] == "tool"][-1]
-    assert "REJECTED (tier -1)" in text and "OUTPUT_MISMATCH" in text
+    assert "REJECTED (tier -1:" in text and "OUTPUT_MISMATCH" in text
     assert [e["event"] for e in events(proc.stdout)].count("improvement") == 0
 
 
