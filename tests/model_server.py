@@ -45,13 +45,10 @@ def smollm2_dir() -> Path:
     with open(CACHE / "smollm2-hf.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (folder / "config.json").is_file():
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+            from cudagent.agent.gguf import gguf_to_hf  # the README's conversion, on any transformers 5
 
-            tmp = folder.with_name(folder.name + ".tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(tmp)
-            AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(tmp)
-            tmp.rename(folder)
+            shutil.rmtree(folder, ignore_errors=True)
+            gguf_to_hf(gguf, folder)
     return folder
 
 

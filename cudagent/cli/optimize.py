@@ -83,7 +83,8 @@ def optimize(
     model: str = typer.Option(
         None,
         help="Model name; default: the server's first model. `hf:PATH` runs a local Hugging Face model (a directory "
-        "or a .gguf file; on the GPU if there is one) in token mode.",
+        "or a .gguf file; on the GPU if there is one) in token mode, for a task (a model of your own is optimized "
+        "with a chat model server).",
         rich_help_panel=MODEL_PANEL,
     ),
     token_mode: bool = typer.Option(
