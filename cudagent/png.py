@@ -8,7 +8,8 @@ import math
 import struct
 import zlib
 
-# 3x5 glyphs, rows top to bottom, bits left to right
+# 3x5 glyphs, rows top to bottom, bits left to right: digits, lowercase letters (capitals are drawn as them, but
+# L) and the punctuation of module paths, operator names and numbers
 _FONT = {
     "0": ("111", "101", "101", "101", "111"),
     "1": ("010", "110", "010", "010", "111"),
@@ -29,7 +30,38 @@ _FONT = {
     "=": ("000", "111", "000", "111", "000"),
     " ": ("000", "000", "000", "000", "000"),
     "a": ("000", "011", "101", "101", "011"),
+    "b": ("100", "110", "101", "101", "110"),
+    "c": ("000", "011", "100", "100", "011"),
+    "d": ("001", "011", "101", "101", "011"),
+    "e": ("000", "010", "111", "100", "011"),
+    "f": ("001", "010", "111", "010", "010"),
+    "g": ("011", "101", "011", "001", "110"),
+    "h": ("100", "110", "101", "101", "101"),
+    "i": ("010", "000", "010", "010", "010"),
+    "j": ("001", "000", "001", "101", "010"),
+    "k": ("100", "101", "110", "110", "101"),
     "l": ("110", "010", "010", "010", "111"),
+    "m": ("000", "111", "111", "101", "101"),
+    "o": ("000", "010", "101", "101", "010"),
+    "p": ("000", "110", "101", "110", "100"),
+    "q": ("000", "011", "101", "011", "001"),
+    "r": ("000", "011", "100", "100", "100"),
+    "s": ("000", "011", "110", "011", "110"),
+    "t": ("010", "111", "010", "010", "001"),
+    "u": ("000", "101", "101", "101", "011"),
+    "v": ("000", "101", "101", "111", "010"),
+    "w": ("000", "101", "101", "111", "111"),
+    "y": ("000", "101", "011", "001", "110"),
+    "z": ("000", "111", "011", "110", "111"),
+    "_": ("000", "000", "000", "000", "111"),
+    ":": ("000", "010", "000", "010", "000"),
+    ",": ("000", "000", "000", "010", "100"),
+    "(": ("001", "010", "010", "010", "001"),
+    ")": ("100", "010", "010", "010", "100"),
+    "{": ("011", "010", "110", "010", "011"),
+    "}": ("110", "010", "011", "010", "110"),
+    "%": ("101", "001", "010", "100", "101"),
+    "+": ("000", "010", "111", "010", "000"),
 }
 WHITE, GREY, BLACK, BLUE, RED = (255, 255, 255), (200, 200, 200), (40, 40, 40), (31, 119, 180), (214, 39, 40)
 
@@ -51,7 +83,7 @@ class Canvas:
 
     def text(self, x: int, y: int, s: str, color=BLACK, scale: int = 2) -> None:
         for ch in s:
-            glyph = _FONT.get(ch, _FONT[" "])
+            glyph = _FONT.get(ch) or _FONT.get(ch.lower(), _FONT[" "])
             for gy, row in enumerate(glyph):
                 for gx, bit in enumerate(row):
                     if bit == "1":
@@ -109,7 +141,8 @@ def speedup_plot(rows: dict[str, list[float]], path: str, lo: float = -3.0, hi: 
 def bar_plot(bars: list[tuple[str, float, str, tuple]], path: str, mark: float | None = None) -> None:
     """Horizontal bars, one row each: (label at the left, value, the text at the bar's end, color); a thin line
     across every row at `mark` (1x, say) when given."""
-    row_h, left, width = 26, 60, 720
+    row_h, width = 26, 720
+    left = min(300, max(60, 16 + 8 * max((len(label) for label, *_ in bars), default=0)))  # 8 px a character
     c = Canvas(width, 20 + row_h * max(1, len(bars)) + 10)
     most = max((value for _, value, _, _ in bars), default=1.0) or 1.0
     scale = (width - left - 110) / most
@@ -129,7 +162,7 @@ def bar_plot(bars: list[tuple[str, float, str, tuple]], path: str, mark: float |
 
 def histogram_plot(panels: list[dict[str, int]], path: str) -> None:
     """Bar charts one above the other (e.g. runtimes by decade, similarities by tenth): a bar per bucket, its count
-    above it and its label below (digits, '.', '-' and 'x' only: the font is small)."""
+    above it and its label below (digits, lowercase letters and a few marks: the font is small)."""
     width, panel_h, top = 720, 170, 20
     height = top + panel_h * max(1, len(panels))
     c = Canvas(width, height)

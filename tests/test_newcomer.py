@@ -283,3 +283,21 @@ def test_r2_check_tells_each_phase_in_a_plain_log_too(capsys):
     said = capsys.readouterr().err.splitlines()
     assert said[0].startswith("cudagent: measuring eager and torch.compile") and "s so far)" in said[0]
     assert said[1].startswith("cudagent: building the extension")
+
+
+def test_r2_the_charts_name_their_bars(monkeypatch):
+    """hotspots.png labelled its bars 1..4 (the font drew digits only): the spots are named now."""
+    import string
+
+    import cudagent.png as png
+    from cudagent.usermodel.hotspots import Hotspots, Spot
+
+    assert all(ch in png._FONT for ch in string.ascii_lowercase + string.digits + "._:-(){}%")
+    drawn = []
+    monkeypatch.setattr(png, "bar_plot", lambda bars, path, mark=None: drawn.extend(b[0] for b in bars))
+    spots = [
+        Spot(rank=1, spot="blocks.0.fc1", kind="Linear", ms=0.4, share=0.4, calls=1),
+        Spot(rank=2, spot="blocks.1.act", kind="GELU", ms=0.2, share=0.2, calls=1),
+    ]
+    Hotspots(model="m", device="cpu", iterations=1, total_ms=1.0, wall_ms=1.0, spots=spots).chart("/dev/null")
+    assert drawn == ["1 blocks.0.fc1", "2 blocks.1.act"], drawn

@@ -74,11 +74,14 @@ class Hotspots:
         return head + "\n".join(lines) + "\n\n![time per spot](hotspots.png)\n"
 
     def chart(self, path: str, top: int = 15) -> None:
-        """Bars of each spot's share, ranked (the font draws digits only: ranks and percentages; the table names
-        them)."""
+        """Bars of each spot's share, ranked, each named by its rank and spot (cut to 32 characters)."""
         from cudagent.png import BLUE, bar_plot
 
-        bar_plot([(str(s.rank), s.share, f"{100 * s.share:.1f}", BLUE) for s in self.spots[:top]], path)
+        def name(s) -> str:
+            label = f"{s.rank} {s.spot}"
+            return label if len(label) <= 32 else label[:31] + "."
+
+        bar_plot([(name(s), s.share, f"{100 * s.share:.1f}%", BLUE) for s in self.spots[:top]], path)
 
 
 class ForwardFailed(Exception):
