@@ -130,8 +130,10 @@ def test_only_the_ports_construct_an_evaluator():
 
 
 def test_command_modules_do_not_import_each_other():
-    """A CLI command module imports the shared CLI modules (the app, options, progress), never another command's."""
+    """A CLI command module imports the shared CLI modules (the app, options, progress, output), never another
+    command's."""
     shared = {"cudagent.cli", "cudagent.cli.app", "cudagent.cli.options", "cudagent.cli.progress"}
+    shared.add("cudagent.cli.output")
     edges = _imports()
     commands = {m for m in edges if m.startswith("cudagent.cli.") and m not in shared}
     assert len(commands) >= 8

@@ -26,7 +26,7 @@ def test_rejected_verdict_text():
     v.reject("OUTPUT_MISMATCH", "[stock-1] output: 3 of 9 values differ")
     v.reject("OUTPUT_MISMATCH", "[stress] output: 3 of 9 values differ")
     text = v.summary()
-    assert text.splitlines()[0] == "REJECTED (tier -1)"
+    assert text.splitlines()[0] == "REJECTED (tier -1: the reward for a wrong or cheating candidate)"
     assert "[OUTPUT_MISMATCH] [stock-1, stress] output: 3 of 9 values differ" in text
 
 
@@ -59,7 +59,7 @@ def test_correct_verdict_text_with_detail():
         },
     }
     text = v.summary(detail=True)
-    assert text.startswith("CORRECT (tier 3)")
+    assert text.startswith("CORRECT (tier 3: correct and faster than both eager and torch.compile)")
     assert "2.00x vs eager, 1.50x vs torch.compile" in text and "100% of 3000 GB/s" in text
     assert "mine [yours]" in text
     assert "roofline" not in v.summary()  # the short form stays short

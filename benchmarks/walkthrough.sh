@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# A newcomer's first hour, replayed: a clean clone of this repository, the README's quickstart and its "Your own
+# model" commands on the CPU, with the README's no-API model server (SmolLM2-135M served by `transformers serve`).
+# Every command is printed with its exit code and wall time.
+#   benchmarks/walkthrough.sh [OUT]      (default benchmarks/results/walkthrough/transcript.txt)
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+OUT="${1:-$ROOT/benchmarks/results/walkthrough/transcript.txt}"
+mkdir -p "$(dirname "$OUT")"
+WORK="$(mktemp -d)"
+export CUDAGENT_HOME="$WORK/home" CUDAGENT_CACHE_DIR="$WORK/cache" PIP_DISABLE_PIP_VERSION_CHECK=1
+unset OPENAI_BASE_URL OPENAI_API_KEY
+exec > >(tee "$OUT") 2>&1
+
+step() {  # step TITLE COMMAND...: run it in the clone, print what a newcomer sees, its exit code and wall time
+  local title="$1"; shift
+  echo; echo "### $title"; echo "\$ $*"
+  local start=$(date +%s.%N)
+  (cd "$WORK/clone" && bash -c "$*" 2>&1 | grep -v "^WARNING: Location\|Loading weights\|Writing model shards\|de-quantizing" | tail -n "${TAIL:-25}")
+  local code=${PIPESTATUS[0]}
+  printf '[exit %s, %.1f s]\n' "$code" "$(echo "$(date +%s.%N) - $start" | bc)"
+}
+
+echo "# walkthrough of $(git -C "$ROOT" rev-parse --short HEAD) on $(date -u +%Y-%m-%dT%H:%M:%SZ): $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg), $(python3 --version)"
+git clone -q "$ROOT" "$WORK/clone"
+
+# The README's Quickstart: its first command, verbatim
+step "Quickstart: install and check an example on the CPU" "$(grep -m1 '^python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 && pip install -e . &&' "$WORK/clone/README.md")"
+A=". .venv/bin/activate &&"
+step "Your own model: where its time goes" "$A cudagent hotspots examples/models/block.py:Stack --inputs 'x=f32[8,64,256]' --device cpu"
+step "... by fusion regions" "$A cudagent hotspots examples/models/block.py:Stack --inputs 'x=f32[8,64,256]' --device cpu --regions"
+step "a mistyped input shape" "$A cudagent hotspots examples/models/block.py:Stack --inputs 'x=f32[8,,256]' --device cpu"
+step "optimize with no model server configured" "$A cudagent optimize examples/models/block.py:Stack --inputs 'x=f32[8,64,256]' --device cpu --top 1"
+step "optimize with a server address where nothing listens" "$A OPENAI_BASE_URL=http://127.0.0.1:9/v1 cudagent optimize examples/models/block.py:Stack --inputs 'x=f32[8,64,256]' --device cpu --top 1"
+step "a CUDA solution checked on the CPU" "$A cudagent check examples/tasks/softmax.py examples/solutions/cuda/softmax --device cpu --no-timing"
+
+# The README's no-API path: SmolLM2-135M served on the CPU
+block=$(sed -n '/^pip install "transformers\[serving\]" gguf/,/^OPENAI_BASE_URL=/p' "$WORK/clone/README.md")
+step "the no-API path: install the local model's pieces" "$A $(echo "$block" | sed -n 1p)"
+step "... convert SmolLM2 to a Hugging Face folder" "$A $(echo "$block" | sed -n 2p) && $(echo "$block" | sed -n 3p)"
+(cd "$WORK/clone" && . .venv/bin/activate && HF_HUB_OFFLINE=1 transformers serve "$PWD/smollm2" --host 127.0.0.1 --port 8765 --device cpu >"$WORK/serve.log" 2>&1) &
+SERVER=$!
+for _ in $(seq 120); do curl -sf http://127.0.0.1:8765/v1/models >/dev/null && break; sleep 1; done
+step "... the server answers" "curl -s http://127.0.0.1:8765/v1/models | head -c 300; echo"
+S="OPENAI_BASE_URL=http://127.0.0.1:8765/v1"
+step "doctor, with the server" "$A $S cudagent doctor --device cpu"
+TAIL=40 step "optimize your own model with the local model (one spot, three turns)" "$A $S cudagent optimize examples/models/block.py:Stack --inputs 'x=f32[8,64,256]' --device cpu --top 1 --model \$PWD/smollm2 --max-turns 3 --reply-tokens 96 --context-tokens 8192 --no-final-check"
+step "the runs" "$A cudagent runs"
+step "the model run's log" "$A cudagent log \$(ls -t \$CUDAGENT_HOME/runs | grep -m1 stack-)"
+step "a spot's own turns" "$A cudagent log last"
+kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null
+echo; echo "# done: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+rm -rf "$WORK"
