@@ -103,6 +103,7 @@ def test_a_model_without_parameters_is_a_good_task(tmp_path):
     assert tuple(out.shape) == (64,)
 
 
+@pytest.mark.slow  # more than a few seconds (the inner loop leaves it out)
 def test_a_cuda_solution_checked_on_a_cpu_build_is_refused_before_compiling(tmp_path):
     """The README's GPU example checked on a laptop: the solution's C++ includes CUDA headers, which a CPU build
     cannot compile (found by a newcomer: 46 s of compiling before the sentence). Refused at once, naming the file

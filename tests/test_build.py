@@ -49,6 +49,7 @@ def touch_later(path, text):
     os.utime(path, (later, later))
 
 
+@pytest.mark.slow  # more than a few seconds (the inner loop leaves it out)
 def test_incremental_build(tmp_path, cpu):
     ws = make(tmp_path)
     first = build_workspace(ws, cpu)

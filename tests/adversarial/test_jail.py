@@ -220,6 +220,7 @@ def test_extra_include_paths_outside_the_toolchain_are_refused(tmp_path):
     assert "private" not in built.errors and "private" not in built.log
 
 
+@pytest.mark.slow  # more than a few seconds (the inner loop leaves it out)
 def test_a_build_gets_no_key_of_the_users(tmp_path, monkeypatch):
     """A computed include of /proc/self/environ prints the compiler's own environment: it holds no key."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-cudagent-test-" + secrets.token_hex(6))

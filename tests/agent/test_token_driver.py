@@ -129,6 +129,7 @@ def test_a_second_template_family_gives_an_exact_ledger_too(tmp_path, tiny_alpac
     check_ledger(ep, driver, renderer, backend, rec)
 
 
+@pytest.mark.slow  # more than a few seconds (the inner loop leaves it out)
 def test_tool_calls_are_parsed_from_sampled_text_and_drive_the_episode(tmp_path, smollm2):
     replies = [
         '```action\n{"tool": "write_file", "arguments": {"path": "model_new.py", "content": "# tier 2\\n"}}\n```',

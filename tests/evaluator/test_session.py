@@ -22,6 +22,7 @@ def test_segfault_is_reported_by_signal(tmp_path):
     assert info.value.code == "CRASHED" and "SIGSEGV" in info.value.message
 
 
+@pytest.mark.slow  # more than a few seconds (the inner loop leaves it out)
 def test_hang_times_out_and_kills_the_group(tmp_path):
     bad = tmp_path / "model_new.py"
     bad.write_text("import subprocess\nsubprocess.Popen(['sleep', '300'])\nwhile True:\n    pass\n")

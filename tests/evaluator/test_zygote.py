@@ -133,6 +133,7 @@ def _axpby(tmp_path):
     return task, workspace_for(resolve_candidate(REPO / "examples" / "solutions" / "cpu" / "axpby"), task.source)
 
 
+@pytest.mark.slow  # more than a few seconds (the inner loop leaves it out)
 def test_with_nothing_to_measure_alone_the_candidates_process_starts_before_the_task_check(tmp_path, monkeypatch):
     """The fork server's import and the candidate process's start overlap the task check and the build; the
     evaluation then runs in that very process."""

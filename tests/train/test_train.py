@@ -384,6 +384,7 @@ def end_of_turn(tok) -> int:
     return tok.convert_tokens_to_ids("<|im_end|>")
 
 
+@pytest.mark.slow  # more than a few seconds (the inner loop leaves it out)
 @pytest.mark.parametrize("stage", ["warmup", "critic", "agentic", "rft"])
 def test_each_stage_config_composes_and_its_dry_run_is_the_readme_command(stage, tiny_model, tmp_path):
     import pyarrow as pa
@@ -528,6 +529,7 @@ def test_an_rft_episode_longer_than_verls_default_cap_goes_through_its_micro_bat
     assert sorted(packed) == sorted(lengths)  # every episode whole, the long one included
 
 
+@pytest.mark.slow  # more than a few seconds (the inner loop leaves it out)
 @pytest.mark.parametrize("stage", ["critic", "agentic", "rft"])
 def test_the_critic_agentic_and_rft_stages_hold_a_whole_131k_episode(stage, tiny_model, tmp_path):
     """The paper's context (8K prompt, 131K after it) in every stage that meets multi-turn episodes: each pass that
@@ -625,6 +627,7 @@ def test_the_rft_filter_and_dataset_follow_verls_multi_turn_sft_dataset(tiny_mod
             assert len(ours["input_ids"]) == n and len(theirs["input_ids"]) == n + 1
 
 
+@pytest.mark.slow  # each case runs the command: seconds (the inner loop leaves it out)
 @pytest.mark.parametrize(
     "args, code, message",
     [
@@ -727,6 +730,7 @@ def test_a_blowup_stops_the_stage_group_and_status_reads_the_run(tmp_path):
     assert empty.returncode == 2 and "is not a cudagent train run" in empty.stderr
 
 
+@pytest.mark.slow  # more than a few seconds (the inner loop leaves it out)
 def test_a_ray_job_carries_the_evaluator_token_in_a_file_only_the_user_reads(tiny_model, tmp_path):
     import stat
 
