@@ -74,6 +74,7 @@ def _objects() -> set:
     return {str(p) for p in (cache_dir() / "objects").rglob("object.o")}
 
 
+@pytest.mark.slow  # converts SmolLM2 or builds an extension cold: the inner loop leaves it out
 def test_a_moved_workspace_compiles_nothing_again(tmp_path, cpu):
     """Its build folder is another (each workspace has its own, in the machine's cache), but every command line is
     the same (the workspace is `ws` seen from its build folder), so the compiler cache serves every unit."""
@@ -87,6 +88,7 @@ def test_a_moved_workspace_compiles_nothing_again(tmp_path, cpu):
     assert _objects() == before and call(moved, "b") == "42"
 
 
+@pytest.mark.slow  # builds an extension cold: the inner loop leaves it out
 def test_restores_fixed_files_before_building(tmp_path, cpu):
     ws = make(tmp_path)
     (ws.root / "binding.cpp").write_text("#error tampered\n")

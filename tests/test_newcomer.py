@@ -79,6 +79,7 @@ def test_4_and_9_run_ids_are_never_cut_and_runs_can_be_pruned(tmp_path):
     assert "worktree" not in git(repo, "worktree", "list").split("\n", 1)[-1]
 
 
+@pytest.mark.slow  # converts SmolLM2 or builds an extension cold: the inner loop leaves it out
 def test_5_check_tells_its_phases_and_bench_lines_are_whole(tmp_path):
     from cudagent.cli.bench import task_line
     from cudagent.device.info import resolve_device

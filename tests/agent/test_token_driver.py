@@ -149,6 +149,7 @@ class EditsHistory(Recorder):
         return {}
 
 
+@pytest.mark.slow  # converts SmolLM2 or builds an extension cold: the inner loop leaves it out
 def test_a_history_edit_is_refused(tmp_path, smollm2):
     backend = ScriptedBackend(smollm2.tokenizer, lambda i, _: "no action here")
     rec = EditsHistory()
@@ -159,6 +160,7 @@ def test_a_history_edit_is_refused(tmp_path, smollm2):
         asyncio.run(driver.run())
 
 
+@pytest.mark.slow  # converts SmolLM2 or builds an extension cold: the inner loop leaves it out
 def test_a_full_context_ends_the_episode_with_its_reason(tmp_path, smollm2):
     renderer = ChatRenderer(smollm2.tokenizer)
     backend = ScriptedBackend(smollm2.tokenizer, lambda i, _: "word " * 20)
