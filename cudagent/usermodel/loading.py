@@ -87,13 +87,14 @@ def load_user_model(
     path = Path(path_text)
     if not path.is_file():
         raise UserModelError(f"{path} does not exist; give the Python file that defines your module")
+    written = _parse_inputs(inputs) if inputs is not None else None  # a bad spec: one sentence before torch loads
     namespace = _import_file(path)
     cls = _module_class(namespace, path, class_name or module)
     init_args, init_kwargs = _init_arguments(namespace, path, init)
     label = f"{path.name}:{cls.__name__}"
     captured = None
-    if inputs is not None:
-        spec = _parse_inputs(inputs)
+    if written is not None:
+        spec = written
     elif example is not None:
         spec, captured = capture_example(Path(example), path, cls.__name__)
     elif callable(namespace.get("get_inputs")):
