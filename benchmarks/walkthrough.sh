@@ -7,7 +7,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="${1:-$ROOT/benchmarks/results/walkthrough/transcript.txt}"
 mkdir -p "$(dirname "$OUT")"
-WORK="$(mktemp -d)"
+WORK="$(mktemp -d -p "$HOME")"  # not under /tmp, which a candidate's jail replaces
 export CUDAGENT_HOME="$WORK/home" CUDAGENT_CACHE_DIR="$WORK/cache" PIP_DISABLE_PIP_VERSION_CHECK=1
 unset OPENAI_BASE_URL OPENAI_API_KEY
 exec > >(tee "$OUT") 2>&1

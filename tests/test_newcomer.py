@@ -303,3 +303,15 @@ def test_r2_the_charts_name_their_bars(monkeypatch):
     ]
     Hotspots(model="m", device="cpu", iterations=1, total_ms=1.0, wall_ms=1.0, spots=spots).chart("/dev/null")
     assert drawn == ["1 blocks.0.fc1", "2 blocks.1.act"], drawn
+
+
+def test_r2_an_install_under_tmp_is_told_why_the_jail_cannot_hold(monkeypatch):
+    """The walkthrough's clean clone lived under /tmp, which a candidate's own mount namespace replaces: the probe
+    failed with `No module named 'cudagent.resources'`. Now the reason is one sentence that says what to do."""
+    import cudagent.resources as resources
+    from cudagent.evaluator.jail.level import _probe, under_scratch
+
+    assert under_scratch() is None or "/tmp" in str(resources.PACKAGE_DIR)
+    monkeypatch.setattr(resources, "PACKAGE_DIR", Path("/tmp/clone/cudagent"))
+    said = _probe("cpu", "namespace", "best-effort", jailed=True)
+    assert said.startswith("cudagent is installed under /tmp (/tmp/clone/cudagent)") and "install it elsewhere" in said

@@ -377,6 +377,8 @@ def _log_model_run(path: Path, as_json: bool) -> None:
     from cudagent.usermodel.modelrun import load_record
 
     r = load_record(path)
+    if not as_json and r["spots"]:
+        typer.echo(f"{'spot':>4} {'share':>6} {'where'}: outcome, speedup, put back or not, its episode run")
     for i, s in enumerate(r["spots"], 1):
         row = {"spot_number": i, **{k: s.get(k) for k in ("spot", "kind", "share", "run_id", "outcome", "tier")}}
         row.update({k: s.get(k) for k in ("speedup_vs_eager", "speedup_vs_compile", "put_back")})
@@ -385,7 +387,8 @@ def _log_model_run(path: Path, as_json: bool) -> None:
             continue
         speed = f" {s['speedup_vs_eager']:.2f}x eager" if s.get("speedup_vs_eager") else ""
         put = s.get("put_back")
-        placed = "" if put is None else (" put back" if put.get("correct") else f" left out ({put.get('why')})")
+        kept = put is not None and put.get("kept", put.get("correct"))
+        placed = "" if put is None else (" put back" if kept else f" left out ({put.get('why')})")
         typer.echo(
             f"{i:4d} {100 * s['share']:5.1f}% {s['spot']}: {s.get('outcome')}{speed}{placed} {s.get('run_id') or ''}"
         )
@@ -393,10 +396,15 @@ def _log_model_run(path: Path, as_json: bool) -> None:
     if not as_json:
         timing = result.get("timing") or {}
         if timing:
+            over_compile = timing.get("speedup_vs_compile")
             typer.echo(
                 f"     end to end: {timing.get('speedup_vs_eager', 0):.2f}x over eager measured, "
-                f"{result.get('predicted_speedup_vs_eager') or 0:.2f}x predicted; report {path / 'report.md'}"
+                f"{result.get('predicted_speedup_vs_eager') or 0:.2f}x predicted"
+                + (f", {over_compile:.2f}x over torch.compile" if over_compile else "")
+                + f"; report {path / 'report.md'}"
             )
+        elif result.get("why"):
+            typer.echo(f"     nothing put back: {result['why']}")
         typer.echo(f"     {r.get('state')}")
 
 

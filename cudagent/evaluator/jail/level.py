@@ -85,9 +85,27 @@ def decide(level: str, device: str) -> Jail:
     return Jail(level, None, "subreaper", "off", tuple(notes))
 
 
+def under_scratch() -> str | None:
+    """The first of cudagent's package and its Python that lies under the candidates' scratch folder (/tmp), which
+    a candidate's process replaces with an empty one of its own: its imports would fail there. None when none does."""
+    from cudagent.evaluator.jail.keeper import SCRATCH
+    from cudagent.resources import PACKAGE_DIR
+
+    for what, path in (("cudagent", str(PACKAGE_DIR)), ("its Python environment", sys.prefix)):
+        real = os.path.realpath(path)
+        if real == SCRATCH or real.startswith(SCRATCH.rstrip("/") + "/"):
+            return f"{what} is installed under {SCRATCH} ({real}), which a candidate's jail replaces with an empty "
+    return None
+
+
 def _probe(device: str, tree: str, inner: str, jailed: bool) -> str | None:
     """None when a process enters this combination and (on cuda) starts CUDA inside it; else why not."""
     from cudagent.resources import PACKAGE_DIR
+
+    if tree == "namespace":
+        hidden = under_scratch()
+        if hidden:
+            return hidden + "one; install it elsewhere (a clone and its .venv outside /tmp) for the jail to hold"
 
     command = [sys.executable, "-s", "-m", "cudagent.evaluator.jail.probe", tree, inner, device]
     view = bwrap.View(devices=device == "cuda", keep_capabilities=True, chdir="/")
