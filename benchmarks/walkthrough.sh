@@ -38,16 +38,19 @@ step "a CUDA solution checked on the CPU" "$A cudagent check examples/tasks/soft
 block=$(sed -n '/^pip install "transformers\[serving\]" gguf/,/^OPENAI_BASE_URL=/p' "$WORK/clone/README.md")
 step "the no-API path: install the local model's pieces" "$A $(echo "$block" | sed -n 1p)"
 step "... convert SmolLM2 to a Hugging Face folder" "$A $(echo "$block" | sed -n 2p) && $(echo "$block" | sed -n 3p)"
-(cd "$WORK/clone" && . .venv/bin/activate && HF_HUB_OFFLINE=1 transformers serve "$PWD/smollm2" --host 127.0.0.1 --port 8765 --device cpu >"$WORK/serve.log" 2>&1) &
+# the README's server line, as written there
+serve=$(grep -m1 '^HF_HUB_OFFLINE=1 HF_HUB_CACHE=' "$WORK/clone/README.md" | sed 's/ &$//')
+(cd "$WORK/clone" && . .venv/bin/activate && mkdir -p hf-hub && eval "$serve" >"$WORK/serve.log" 2>&1) &
 SERVER=$!
 for _ in $(seq 120); do curl -sf http://127.0.0.1:8765/v1/models >/dev/null && break; sleep 1; done
 step "... the server answers" "curl -s http://127.0.0.1:8765/v1/models | head -c 300; echo"
 S="OPENAI_BASE_URL=http://127.0.0.1:8765/v1"
-step "doctor, with the server" "$A $S cudagent doctor --device cpu"
+step "doctor, with the server" "$A $S cudagent doctor --device cpu --model \$PWD/smollm2"
 TAIL=40 step "optimize your own model with the local model (one spot, three turns)" "$A $S cudagent optimize examples/models/block.py:Stack --inputs 'x=f32[8,64,256]' --device cpu --top 1 --model \$PWD/smollm2 --max-turns 3 --reply-tokens 96 --context-tokens 8192 --no-final-check"
 step "the runs" "$A cudagent runs"
 step "the model run's log" "$A cudagent log \$(ls -t \$CUDAGENT_HOME/runs | grep -m1 stack-)"
 step "a spot's own turns" "$A cudagent log last"
-kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null
+echo; echo "### the model server's log (its last lines)"; grep -v "^INFO\|it/s\]" "$WORK/serve.log" | tail -n 8
+pkill -f "transformers serve .*$WORK" 2>/dev/null; kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null
 echo; echo "# done: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 rm -rf "$WORK"
