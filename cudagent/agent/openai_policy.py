@@ -200,6 +200,9 @@ class OpenAIChatPolicy:
         native = bool(calls)
         if not calls:
             calls, format_error = parse_text_action(content, names)
+            if not calls and self.mode != "text" and format_error and format_error.startswith("no action found"):
+                # tools were offered natively: the fix is to call one, not to write a text block
+                format_error = "the reply called no tool: call one of the tools offered (or end with finish)"
         usage = Usage()
         if response.usage is not None:
             usage = Usage(response.usage.prompt_tokens or 0, response.usage.completion_tokens or 0)

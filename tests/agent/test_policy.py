@@ -136,3 +136,14 @@ def test_text_actions(content, name, error):
     else:
         assert calls[0].name == name
         assert (calls[0].error is None) if error is None else (error in calls[0].error)
+
+
+def test_a_reply_without_a_tool_call_in_native_mode_is_told_to_call_a_tool():
+    """Offered tools natively, a reply of plain text was told to write a fenced `action` block (the text format's
+    fix, found with SmolLM2 in the walkthrough); it is told to call a tool."""
+    with ScriptedServer(lambda i, m: {"text": "I would like to compile now."}) as s:
+        p = policy(s)
+        p.prepare()
+        reply = asyncio.run(p.reply(HISTORY, openai_tools()))
+    assert p.mode in ("auto", "required") and reply.tool_calls == []
+    assert reply.format_error.startswith("the reply called no tool"), reply.format_error
