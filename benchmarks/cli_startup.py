@@ -25,6 +25,12 @@ REFUSALS = {
     "check a missing task": ["check", "/nonexistent/task.py", "/nonexistent/solution"],
     "check a missing candidate": ["check", str(ROOT / "examples/tasks/axpby.py"), "/nonexistent/solution"],
     "hotspots a missing model file": ["hotspots", "/nonexistent/model.py:Block"],
+    "hotspots an input spec with an empty dimension": [
+        "hotspots",
+        str(ROOT / "examples/models/block.py") + ":Stack",
+        "--inputs",
+        "x=f32[8,,256]",
+    ],
 }
 
 
