@@ -43,7 +43,8 @@ def timed(cmd: list[str], runs: int, code: int) -> dict:
         times.append(time.perf_counter() - start)
         if done.returncode != code:
             raise SystemExit(f"{' '.join(cmd)} exited {done.returncode}, not {code}: {done.stderr[-300:]!r}")
-    return {"median_s": round(statistics.median(times), 4), "max_s": round(max(times), 4), "min_s": round(min(times), 4)}
+    median, most, least = statistics.median(times), max(times), min(times)
+    return {"median_s": round(median, 4), "max_s": round(most, 4), "min_s": round(least, 4)}
 
 
 def main() -> None:
