@@ -245,8 +245,10 @@ def test_review_commands_and_export(tmp_path):
     assert row["run_id"] == s["run_id"] and row["state"] == "finished" and row["best"]["tier"] == 1
     log = cudagent(["log", s["run_id"]], env)
     lines = log.stdout.splitlines()
-    assert len([x for x in lines if x.strip() and x.split()[0].isdigit()]) == 6
-    assert "*best*" in lines[4] and "verify" in lines[4] and "tier 1" in lines[4]
+    assert lines[0].split()[:3] == ["turn", "commit", "model"]  # a header names the columns
+    turns = {int(x.split()[0]): x for x in lines if x.strip() and x.split()[0].isdigit()}
+    assert len(turns) == 6
+    assert "*best*" in turns[5] and "verify" in turns[5] and "tier 1" in turns[5]
     shown = cudagent(["show", "last", "2"], env)
     assert shown.returncode == 0
     assert "--- write_file" in shown.stdout and "+++ b/kernels/axpby_cpu.cpp" in shown.stdout
