@@ -315,3 +315,29 @@ def test_r2_an_install_under_tmp_is_told_why_the_jail_cannot_hold(monkeypatch):
     monkeypatch.setattr(resources, "PACKAGE_DIR", Path("/tmp/clone/cudagent"))
     said = _probe("cpu", "namespace", "best-effort", jailed=True)
     assert said.startswith("cudagent is installed under /tmp (/tmp/clone/cudagent)") and "install it elsewhere" in said
+
+
+@pytest.mark.slow  # imports transformers
+def test_r2_a_failed_gguf_conversion_leaves_nothing_half_made(tmp_path, monkeypatch):
+    """The README's conversion failed on transformers 5.24 after writing the tokenizer, and left a half-made
+    `smollm2/`: now it writes beside the destination and renames, so a failure at any step leaves nothing."""
+    transformers = pytest.importorskip("transformers")
+    from cudagent.agent.gguf import gguf_to_hf
+
+    class Tokenizer:
+        def save_pretrained(self, folder):
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            (Path(folder) / "tokenizer.json").write_text("{}")
+
+    def refuse(*args, **kwargs):
+        raise ValueError("The model is quantized with gguf and is not serializable")  # what 5.24 says, elsewhere
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: Tokenizer())
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    with pytest.raises(ValueError, match="not serializable"):
+        gguf_to_hf(gguf, tmp_path / "smollm2")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf"]  # no smollm2/, no smollm2.partial/
+    with pytest.raises(FileNotFoundError, match="give the path of a .gguf model file"):
+        gguf_to_hf(tmp_path / "missing.gguf", tmp_path / "out")
