@@ -1,4 +1,7 @@
-"""Reviewing runs: `cudagent runs`, `cudagent log RUN`, `cudagent show RUN TURN`, `cudagent export RUN DEST`."""
+"""Reviewing runs: `cudagent runs`, `cudagent log RUN`, `cudagent show RUN TURN`, `cudagent export RUN DEST`,
+`cudagent ledgers`, `cudagent prune`, each for an episode run and for a model run (its spots). About 450 lines in one
+module: the commands share their run lookup and their formatting of what a person reads (durations, shares,
+speedups), and a command module may not import another's (tests/test_layout.py)."""
 
 from __future__ import annotations
 
