@@ -1,17 +1,20 @@
 """`cudagent optimize` on a user's own model: a parent run over one episode per hot spot.
 
     RUNS/<model-run-id>/model-run.json     the record: the model, its inputs, the spots, their runs, the proof
-    RUNS/<model-run-id>/hotspots.*         the profile (hotspots.py)
-    RUNS/<model-run-id>/tasks/             the spots as tasks (extract.py)
-    RUNS/<model-run-id>/<package>/         the kernels as one package with patch(model) (package.py)
+    RUNS/<model-run-id>/hotspots.*         the profile (hotspots.py); regions.json, the fusion regions (fusion.py)
+    RUNS/<model-run-id>/tasks/             the spots as tasks: region kinds (fusion.py) or modules (extract.py)
+    RUNS/<model-run-id>/<package>/         the kernels as one package: <model>_regions with patch(model, *inputs)
+                                           (region_package.py) or <model>_kernels with patch(model) (package.py)
     the branch cudagent/<model-run-id>     a final commit with the package, report.md and its chart (in the
                                            model's own repository when its file lies in one, as runs do)
 
-Steps: profile the model on the device; turn the top spots into tasks; run one ordinary episode per task, one
+Steps: load the model and its inputs, reach the model server (before anything is profiled); profile the model on
+the device; turn the top region kinds (or modules, --by modules) into tasks; run one ordinary episode per task, one
 after another (each its own run, branch and per-turn commits, its header naming the parent); gather every spot
 whose run ended with a verified kernel into the package; prove it in a confined process (prove.py): the patched
-model against the original on fresh inputs, and end to end, eager and compiled, against what Amdahl's law
-predicts from the spots' own speedups. A spot that fails anywhere is reported and the others go on.
+model against the original on fresh inputs, each region kind kept only where the model gets faster in the mode
+asked, and end to end, eager and compiled, against what Amdahl's law predicts from the spots' own speedups. A spot
+that fails anywhere is reported and the others go on; a run whose every spot failed is `failed`.
 
 About 440 lines in one module: the parent run's record is written at every step of its life (spots, episodes,
 put-back, proof, commit), and keeping that life in one place keeps its states in one place.
