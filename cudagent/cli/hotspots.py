@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from cudagent.cli.app import app
-from cudagent.cli.options import device_option, model_option
+from cudagent.cli.options import device_option, dtype_option, model_option
 from cudagent.errors import ExitCode
 
 MODEL_HELP = (
@@ -42,12 +42,7 @@ def hotspots(
         help="Turn the first N spots into task files (tasks/ beside the table), each at its inputs with the model's "
         "weights and validated; `cudagent optimize` takes each of them. Alike modules share one task and count once.",
     ),
-    dtype: str = typer.Option(
-        None,
-        help="Run the model in this dtype (bfloat16, float16, float32): its floating weights and inputs, as users run "
-        "models.",
-        show_default=False,
-    ),
+    dtype: str = dtype_option(),
     regions: bool = typer.Option(
         False,
         "--regions",
@@ -69,8 +64,6 @@ def hotspots(
 
     if iterations <= 0 or top <= 0 or tasks < 0:
         raise typer.BadParameter("must be positive", param_hint="--iterations / --top / --tasks")
-    if dtype not in (None, "float32", "bfloat16", "float16"):
-        raise typer.BadParameter("one of float32, bfloat16, float16", param_hint="--dtype")
     user = load_user_model(target, module, inputs, init, example, hf)  # a missing file: one sentence, before torch
     dev = resolve_device(device)
     model, args, kwargs = user.make(seed=0, device=dev.kind, dtype=dtype)

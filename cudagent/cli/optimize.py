@@ -8,7 +8,14 @@ from pathlib import Path
 import typer
 
 from cudagent.cli.app import app
-from cudagent.cli.options import ENV_HELP, confine_option, device_option, evaluator_urls, model_option
+from cudagent.cli.options import (
+    ENV_HELP,
+    confine_option,
+    device_option,
+    dtype_option,
+    evaluator_urls,
+    model_option,
+)
 from cudagent.errors import CudagentError, ExitCode, Terminated
 
 OPTIMIZE_EXIT = (
@@ -74,12 +81,7 @@ def optimize(
         "is faster with it in this mode.",
         rich_help_panel=USER_PANEL,
     ),
-    dtype: str = typer.Option(
-        None,
-        help="Run your model in this dtype (bfloat16, float16, float32): its floating weights and inputs.",
-        rich_help_panel=USER_PANEL,
-        show_default=False,
-    ),
+    dtype: str = dtype_option(USER_PANEL),
     model: str = typer.Option(
         None,
         help="Model name; default: the server's first model. `hf:PATH` runs a local Hugging Face model (a directory "
@@ -187,8 +189,6 @@ def optimize(
         raise typer.BadParameter("regions or modules", param_hint="--by")
     if mode not in ("compile", "eager"):
         raise typer.BadParameter("compile or eager", param_hint="--mode")
-    if dtype not in (None, "float32", "bfloat16", "float16"):
-        raise typer.BadParameter("one of float32, bfloat16, float16", param_hint="--dtype")
     overrides = {
         "max_turns": max_turns,
         "max_minutes": max_minutes,
@@ -247,9 +247,10 @@ def optimize(
             def episode(path, extra):
                 return start_run(path, settings, options, reporter, extra_header=extra)
 
-            request.load()  # the model and its inputs first (exit 2), then the server (exit 3), then the work
+            user = request.load()  # the model and its inputs first (exit 2), then the server (exit 3), then the work
             reach_server(settings)
-            record = optimize_model(request, episode, options, lambda text: typer.echo(f"cudagent: {text}", err=True))
+            say = lambda text: typer.echo(f"cudagent: {text}", err=True)  # noqa: E731
+            record = optimize_model(request, user, episode, options, say)
             reporter.close()
             _print_model_run(record, as_json)
             raise typer.Exit(int(record.get("exit_code", ExitCode.OK)))

@@ -21,6 +21,27 @@ def _device(value: str) -> str:
     return value
 
 
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _dtype(value: str | None) -> str | None:
+    if value is not None and value not in DTYPES:
+        raise typer.BadParameter("one of float32, bfloat16, float16")
+    return value
+
+
+def dtype_option(panel: str | None = None):
+    """--dtype: the dtype a user's model runs in (its floating weights and inputs), checked alike everywhere."""
+    return typer.Option(
+        None,
+        help="Run the model in this dtype (bfloat16, float16, float32): its floating weights and inputs, as users run "
+        "models.",
+        callback=_dtype,
+        rich_help_panel=panel,
+        show_default=False,
+    )
+
+
 def device_option(help_text: str):
     """--device auto|cuda|cpu, refused in one sentence of ours (not the validator's wording) when it is neither."""
     return typer.Option("auto", help=help_text, metavar="auto|cuda|cpu", callback=_device)

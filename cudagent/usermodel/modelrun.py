@@ -124,7 +124,7 @@ def find_model_run(ref: str, root: Path) -> Path | None:
     return matches[0] if len(matches) == 1 else None
 
 
-def optimize_model(request: ModelRequest, start_episode, options, say) -> dict:
+def optimize_model(request: ModelRequest, user, start_episode, options, say) -> dict:
     """The whole parent run. `start_episode(task_path, extra_header)` runs one episode and returns its summary
     (runner.start_run with the command's policy); `say(text)` tells the user what is happening."""
     from cudagent.agent.trajectory import new_run_id
@@ -134,7 +134,6 @@ def optimize_model(request: ModelRequest, start_episode, options, say) -> dict:
 
     settings = options.settings
     dev = resolve_device(options.device)
-    user = request.load()
     model, args, kwargs = user.make(seed=0, device=dev.kind, dtype=request.dtype)
     found = profile_user_model(user, model, args, kwargs, dev.kind)
     stem = _stem(user.name)

@@ -99,14 +99,12 @@ def prove_regions(request: dict, user, kernels, device: str) -> dict:
     original, args, kwargs = user.make(seed=SEEDS[0], device=device, dtype=dtype)
     wide = _float32(original, dtype)
     result: dict = {"confinement": request.get("confinement"), "device": device, "mode": mode, "spots": {}}
-    checks: dict = {}
 
     def patched(names):
         return kernels.patch(original, *args, kinds=names, **kwargs)
 
     def check(module):
         outcome = _verify(original, module, user, device, dtype, wide)
-        checks[id(module)] = outcome
         return None if outcome["correct"] else outcome["why"]
 
     def clock(module):
@@ -147,6 +145,7 @@ def prove_regions(request: dict, user, kernels, device: str) -> dict:
 
 
 def _in_mode(module, mode: str, args, kwargs):
+    """`module` as the user runs it: itself, or torch.compile of it, compiled (one call) before it is timed."""
     import torch
 
     if mode != "compile":
@@ -161,11 +160,17 @@ def _in_mode(module, mode: str, args, kwargs):
 def _clock(fn, args, kwargs, device: str) -> float:
     import torch
 
-    from cudagent.evaluator.timing.measure import Plan, measure
+    from cudagent.evaluator.timing.measure import measure
 
-    plan = Plan(min_samples=20, min_seconds=0.2, max_seconds=5.0, warmup_calls=3)
     with torch.no_grad():
-        return statistics.median(measure(lambda k: fn(*args, **kwargs), 1, torch.device(device), plan)["ms"])
+        return statistics.median(measure(lambda k: fn(*args, **kwargs), 1, torch.device(device), _plan())["ms"])
+
+
+def _plan():
+    """The evaluator's timing loop as the proof runs it: at least 20 samples and 0.2 s, at most 5 s a target."""
+    from cudagent.evaluator.timing.measure import Plan
+
+    return Plan(min_samples=20, min_seconds=0.2, max_seconds=5.0, warmup_calls=3)
 
 
 def _patched(original, kernels, names):
@@ -272,7 +277,7 @@ def comparable(output, _seen: frozenset = frozenset()):
 def _time(original, patched, args, kwargs, device: str, rounds: int) -> dict:
     import torch
 
-    from cudagent.evaluator.timing.measure import Plan, measure
+    from cudagent.evaluator.timing.measure import measure
 
     dev = torch.device(device)
     targets = {"eager": original, "patched": patched}
@@ -280,15 +285,11 @@ def _time(original, patched, args, kwargs, device: str, rounds: int) -> dict:
     errors = {}
     for name, model in (("compile", original), ("patched_compile", patched)):
         try:
-            torch._dynamo.reset()
-            fn = torch.compile(model)
-            with torch.no_grad():
-                fn(*args, **kwargs)
-            compiled[name] = fn
+            compiled[name] = _in_mode(model, "compile", args, kwargs)
         except Exception as exc:  # noqa: BLE001  (recorded: that target is not timed)
             errors[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
     targets.update(compiled)
-    plan = Plan(min_samples=20, min_seconds=0.2, max_seconds=5.0, warmup_calls=3)
+    plan = _plan()
     per_round: dict[str, list[float]] = {name: [] for name in targets}
     for _ in range(rounds):  # interleaved, so drift hits every target alike
         for name, model in targets.items():
