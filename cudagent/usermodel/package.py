@@ -79,23 +79,33 @@ def spot_name(path: str) -> str:
 def write_package(spots: list[dict], dest: Path, model: str, origin: str, force: bool = False) -> Path:
     """`spots`: dicts with name, modules, kind, share, speedup_vs_eager, run_id, commit and `files` (the workspace's
     files at that commit). Returns the package's path."""
+    dest = write_kernel_folders(spots, dest, "spots", "One exported kernel package per spot.", force, "spot")
+    (dest / "__init__.py").write_text(INIT.format(model=model, origin=origin, package=dest.name))
+    return dest.resolve()
+
+
+def write_kernel_folders(entries: list[dict], dest: Path, folder: str, doc: str, force: bool, what: str) -> Path:
+    """What every kernels package of a model run holds (this one and region_package.py's): DEST/<folder>/<name>/,
+    each entry's kernel as an exported package, and DEST/<folder>.json listing the entries (without their files).
+    DEST is replaced only with `force` and only if it is such a package. Returns DEST (its __init__.py is the
+    caller's)."""
     dest = dest.expanduser()
     if not dest.name.isidentifier():
         raise CudagentError(f"{dest.name!r} is not a valid Python package name; choose a name like fast_block")
-    if not spots:
-        raise CudagentError("no spot has a verified kernel to put in the package")
+    if not entries:
+        raise CudagentError(f"no {what} has a verified kernel to put in the package")
     if dest.exists():
         if not force:
             raise CudagentError(f"{dest} already exists; choose a new directory or pass --force to replace it")
-        if not (dest / "spots.json").is_file():
+        if not (dest / f"{folder}.json").is_file():
             raise CudagentError(f"{dest} exists and is not a package cudagent wrote; refusing to replace it")
         shutil.rmtree(dest)
-    (dest / "spots").mkdir(parents=True)
-    (dest / "spots" / "__init__.py").write_text('"""One exported kernel package per spot."""\n')
+    (dest / folder).mkdir(parents=True)
+    (dest / folder / "__init__.py").write_text(f'"""{doc}"""\n')
     listed = []
-    for spot in spots:
-        export_package(spot["files"], dest / "spots" / spot["name"], origin=f"{spot['run_id']} commit {spot['commit']}")
-        listed.append({k: v for k, v in spot.items() if k != "files"})
-    (dest / "spots.json").write_text(json.dumps(listed, indent=1) + "\n")
-    (dest / "__init__.py").write_text(INIT.format(model=model, origin=origin, package=dest.name))
-    return dest.resolve()
+    for entry in entries:
+        origin = f"{entry['run_id']} commit {entry['commit']}"
+        export_package(entry["files"], dest / folder / entry["name"], origin=origin)
+        listed.append({k: v for k, v in entry.items() if k != "files"})
+    (dest / f"{folder}.json").write_text(json.dumps(listed, indent=1) + "\n")
+    return dest

@@ -18,12 +18,10 @@ its input shapes changed since).
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
-from cudagent.agent.export import export_package
-from cudagent.errors import CudagentError
+from cudagent.usermodel.package import write_kernel_folders
 
 INIT = '''"""The region kernels cudagent wrote for {model} ({origin}).
 
@@ -97,24 +95,10 @@ def write_region_package(
 ) -> Path:
     """`kinds`: dicts with name, kind, regions (region_entry), share, speedups, run_id, commit and `files` (the
     workspace's files at that commit). Returns the package's path."""
-    dest = dest.expanduser()
-    if not dest.name.isidentifier():
-        raise CudagentError(f"{dest.name!r} is not a valid Python package name; choose a name like fast_block")
-    if not kinds:
-        raise CudagentError("no region has a verified kernel to put in the package")
-    if dest.exists():
-        if not force:
-            raise CudagentError(f"{dest} already exists; choose a new directory or pass --force to replace it")
-        if not (dest / "kinds.json").is_file():
-            raise CudagentError(f"{dest} exists and is not a package cudagent wrote; refusing to replace it")
-        shutil.rmtree(dest)
-    (dest / "kinds").mkdir(parents=True)
-    (dest / "kinds" / "__init__.py").write_text('"""One exported kernel package per kind of region."""\n')
+
+    dest = write_kernel_folders(
+        kinds, dest, "kinds", "One exported kernel package per kind of region.", force, "region"
+    )
     shutil.copy2(Path(__file__).with_name("putback.py"), dest / "_putback.py")
-    listed = []
-    for kind in kinds:
-        export_package(kind["files"], dest / "kinds" / kind["name"], origin=f"{kind['run_id']} commit {kind['commit']}")
-        listed.append({k: v for k, v in kind.items() if k != "files"})
-    (dest / "kinds.json").write_text(json.dumps(listed, indent=1) + "\n")
     (dest / "__init__.py").write_text(INIT.format(model=model, origin=origin, package=dest.name, inputs=inputs))
     return dest.resolve()
