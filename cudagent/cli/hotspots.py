@@ -111,12 +111,7 @@ def _regions(user, model, args, kwargs, device: str, top: int, tasks: int, out: 
     record = {**report.to_dict(), "inputs": user.inputs.text(), "built": user.source}
     (directory / "regions.json").write_text(json.dumps(record, indent=2) + "\n")
     rows = report.table(top)
-    lines = ["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * len(rows[0])] + [
-        "| " + " | ".join(r) + " |" for r in rows[1:]
-    ]
-    (directory / "regions.md").write_text(
-        f"# Fusion regions of {user.name} ({report.dtype}, {device})\n\n" + "\n".join(lines) + "\n"
-    )
+    (directory / "regions.md").write_text(report.markdown(top))
     if as_json:
         typer.echo(json.dumps({**record, "directory": str(directory)}))
     else:

@@ -85,6 +85,12 @@ class RegionReport:
             )
         return rows
 
+    def markdown(self, top: int = 15) -> str:
+        rows = self.table(top)
+        lines = ["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * len(rows[0])]
+        lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
+        return f"# Fusion regions of {self.model} ({self.dtype}, {self.device})\n\n" + "\n".join(lines) + "\n"
+
 
 _QUIET = VIEWS | {"alias"}  # operators a person reading the table does not need
 

@@ -238,6 +238,7 @@ def region_spots(run: ModelRun, model, args, kwargs, name: str, top: int, device
         run.record["regions_error"] = first
         return None
     (run.directory / "regions.json").write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+    (run.directory / "regions.md").write_text(report.markdown())
     say("its fusion regions, by kind:")
     for row in report.table(max(10, top))[1:]:
         say(f"  {row[0]:>3} {row[4]:>6} {row[5]:>9} ms  {row[1]}: {row[2]} (x{row[3]}; fusion saves {row[6]})")
