@@ -107,13 +107,20 @@ def prove_regions(request: dict, user, kernels, device: str) -> dict:
         outcome = _verify(original, module, user, device, dtype, wide)
         return None if outcome["correct"] else outcome["why"]
 
-    def clock(module):
-        return _clock(_in_mode(module, mode, args, kwargs), args, kwargs, device)
+    def clock(ready):
+        return _clock(ready, args, kwargs, device)
 
-    baseline = clock(original)
+    torch._dynamo.reset()
     names = [k["name"] for k in kernels.KINDS]
     kept, dropped, alone = select(
-        names, patched, check, clock, baseline, variant, keep_slower=request.get("keep_slower", False)
+        names,
+        patched,
+        check,
+        lambda module: _in_mode(module, mode, args, kwargs),
+        clock,
+        _in_mode(original, mode, args, kwargs),
+        variant,
+        keep_slower=request.get("keep_slower", False),
     )
     for name in names:
         correct = name in alone  # timed alone only once its outputs were right
@@ -121,8 +128,7 @@ def prove_regions(request: dict, user, kernels, device: str) -> dict:
         if name in dropped:
             result["spots"][name]["why"] = dropped[name]
         if name in alone:
-            result["spots"][name]["model_ms_alone"] = alone[name]
-    result["alone_baseline_ms"] = {variant: baseline}
+            result["spots"][name]["model_ms_alone"], result["spots"][name]["model_ms_without"] = alone[name]
     result["applied"] = kept
     if not kept:
         result["correct"] = False
@@ -150,7 +156,6 @@ def _in_mode(module, mode: str, args, kwargs):
 
     if mode != "compile":
         return module
-    torch._dynamo.reset()
     fn = torch.compile(module)
     with torch.no_grad():
         fn(*args, **kwargs)  # compiled before it is timed

@@ -1,15 +1,16 @@
 """Whether regions put back make the model faster in the mode the user runs it, and which of them to keep.
 
-    kept, dropped, alone = select(names, patched, check, clock, original_ms, variant)   the rule, whatever the clock
+    kept, dropped, alone = select(names, patched, check, prepare, clock, original, variant)   the rule, any clock
     proof = prove_regions(model, args, kwargs, program, chosen, mode="compile", device="cuda")
 
 `select` is the rule prove.py applies to an exported package's regions (with the evaluator's clock, in the proof's
 confined process). `prove_regions` applies it in this process to ops registered here: `chosen` maps a name to
 (region, op) (putback.register with the region's kernel). Each region is tried alone first: the model's graph
 with only that region replaced, timed in `mode` (eager, or torch.compile of the patched graph) against the original
-in the same mode; a region is kept only if it makes the model faster there by more than `margin`. The kept regions
-are then put back together and the four variants timed (original and patched, eager and compiled): what a user gets,
-in both modes, whatever the mode asked. Timings are medians of `calls` calls after warm-up (CUDA events on the GPU),
+in the same mode, in rounds interleaved with it; a region is kept only if it makes the model faster there by more
+than `margin`. The kept regions
+are then put back together and the four variants timed in interleaved rounds (original and patched, eager and
+compiled): what a user gets, in both modes, whatever the mode asked. Timings are medians of `calls` calls after warm-up (CUDA events on the GPU),
 each variant built once; compiled variants are compiled before they are timed.
 """
 
@@ -90,43 +91,47 @@ def prove_regions(
     variant = "compiled" if mode == "compile" else "eager"
 
     def run_as(module):
-        if mode == "compile":
-            torch._dynamo.reset()
-            return torch.compile(module)
-        return module
+        return torch.compile(module) if mode == "compile" else module
 
     with torch.no_grad():
         expected = _tensors(model(*args, **kwargs))
-    original = timed(run_as(model), args, kwargs, calls, cuda)
-    proof.ms[f"original_{variant}"] = original
-    proof.kept, proof.dropped, proof.alone = select(
+    torch._dynamo.reset()
+    original = run_as(model)
+    proof.kept, proof.dropped, alone = select(
         list(chosen),
         lambda names: rewrite(program, {n: chosen[n] for n in names}),
         lambda module: _differs(module, args, kwargs, expected),
-        lambda module: timed(run_as(module), args, kwargs, calls, cuda),
+        run_as,
+        lambda ready: timed(ready, args, kwargs, calls, cuda),
         original,
         variant,
         margin=margin,
     )
+    proof.alone = {name: ms for name, (ms, _) in alone.items()}
     patched = rewrite(program, {n: chosen[n] for n in proof.kept}) if proof.kept else model
-    other = "eager" if variant == "compiled" else "compiled"
-    proof.ms[f"patched_{variant}"] = timed(run_as(patched), args, kwargs, calls, cuda)
-    if other == "eager":
-        proof.ms["original_eager"] = timed(model, args, kwargs, calls, cuda)
-        proof.ms["patched_eager"] = timed(patched, args, kwargs, calls, cuda)
-    else:
-        torch._dynamo.reset()
-        proof.ms["original_compiled"] = timed(torch.compile(model), args, kwargs, calls, cuda)
-        torch._dynamo.reset()
-        proof.ms["patched_compiled"] = timed(torch.compile(patched), args, kwargs, calls, cuda)
+    compiled = original if mode == "compile" else torch.compile(model)
+    variants = {
+        "original_eager": model,
+        "patched_eager": patched,
+        "original_compiled": compiled,
+        "patched_compiled": torch.compile(patched),
+    }
+    rounds: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(3):  # interleaved, as in select
+        for name, fn in variants.items():
+            rounds[name].append(timed(fn, args, kwargs, calls, cuda))
+    proof.ms = {name: statistics.median(v) for name, v in rounds.items()}
     return proof
 
 
-def select(names, patched, check, clock, original_ms: float, variant: str, margin: float = 0.01, keep_slower=False):
+def select(names, patched, check, prepare, clock, original, variant: str, rounds: int = 3, margin: float = 0.01,
+           keep_slower=False):
     """Which regions to keep: each put back alone (`patched([name])`), its outputs checked (`check(module)`: why
-    they differ, or None) and the model timed (`clock(module)`: ms in the mode asked); a region is kept where the
-    model is faster by more than `margin` (or at all, `keep_slower`, if only correct). Returns (kept, dropped: name
-    -> why, alone: name -> ms)."""
+    they differ, or None), made ready to run in the mode asked (`prepare(module)`: itself, or compiled) and timed
+    (`clock(ready)`: ms) in `rounds` rounds interleaved with the original (`original`, already prepared), so that
+    whatever else the machine does in the meantime weighs on both alike; a region is kept where the model's median is
+    below the original's median of the same rounds by more than `margin` (or at all, `keep_slower`, if only
+    correct). Returns (kept, dropped: name -> why, alone: name -> (ms with it put back, ms without))."""
     kept, dropped, alone = [], {}, {}
     for name in names:
         module = patched([name])
@@ -134,13 +139,17 @@ def select(names, patched, check, clock, original_ms: float, variant: str, margi
         if wrong:
             dropped[name] = f"the model's outputs changed with it put back: {wrong}"
             continue
-        alone[name] = clock(module)
-        if keep_slower or alone[name] < original_ms * (1 - margin):
+        ready = prepare(module)
+        with_it, without = [], []
+        for _ in range(rounds):
+            without.append(clock(original))
+            with_it.append(clock(ready))
+        ms, base = statistics.median(with_it), statistics.median(without)
+        alone[name] = (ms, base)
+        if keep_slower or ms < base * (1 - margin):
             kept.append(name)
         else:
-            dropped[name] = (
-                f"the model took {alone[name]:.4f} ms {variant} with it put back, against {original_ms:.4f} ms without"
-            )
+            dropped[name] = f"the model took {ms:.4f} ms {variant} with it put back, against {base:.4f} ms without"
     return kept, dropped, alone
 
 
