@@ -1,7 +1,8 @@
 """The trusted evaluator: static audits, build, trials in a child process, honest timing, verdict.
 
-    audit ─ build ─ link audit ─ hand-in ─ (baselines, peaks and task cost, before any candidate process exists)
-          ─ child: load, trials (verify.py), timing and its checks (profile.py) ─ tampering check ─ tier
+    audit ─ task check ─ baselines, peaks and task cost (before any candidate process exists) ─┬─ link audit ─ child:
+          └ build, link-audit calibration (threads beside them: overlap.py) ──────────────────┘  load, trials
+      (verify.py), timing and its checks (profile.py) ─ tampering check ─ tier
 
 The reference lives only here, in the parent: fresh secret seeds for weights and inputs every evaluation, its
 outputs computed here, after the candidate's, and never sent anywhere; this process is non-dumpable. Candidate code
@@ -14,7 +15,7 @@ this machine (jail/level.py), never by what a candidate did.
 An Evaluator serves one task on one device and keeps a clean reference worker alive for its whole life; use it as a
 context manager (or call close()). Several evaluators may share a device (a bench's tasks): what runs on it takes a
 share, timings take it alone (device/share.py); an evaluation that ran out of device memory beside others is run
-again with the device alone before its verdict counts. Kept in one module of about 580 lines: every step lives
+again with the device alone before its verdict counts. Kept in one module of about 620 lines: every step lives
 elsewhere; what is here is their order and the life of the processes they run in (zygote, spares), which only make
 sense read together.
 """
@@ -22,11 +23,13 @@ sense read together.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import re
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -53,6 +56,7 @@ from cudagent.evaluator.jail.cell import Cell, HandIn
 from cudagent.evaluator.jail.process import ChildFailure, ChildProcess, StartingProcess, child_env
 from cudagent.evaluator.jail.zygote import Zygote
 from cudagent.evaluator.judge import Extension, judge_tampering
+from cudagent.evaluator.overlap import Beside, Timeline, room_beside_measurement
 from cudagent.evaluator.timing.baselines import Baselines
 from cudagent.evaluator.timing.measure import Plan
 from cudagent.evaluator.timing.ncu import ncu_summary
@@ -62,7 +66,7 @@ from cudagent.evaluator.timing.roofline import task_cost
 from cudagent.evaluator.verdict import TIER_MARGIN, Verdict
 from cudagent.evaluator.verify import TrialRunner, load_message
 from cudagent.task import Task, validate_task
-from cudagent.workspace import Workspace
+from cudagent.workspace import CandidateFormat, Workspace
 
 SPARE_PROCESSES = 2  # with spare_process: started processes kept ready for the next evaluations
 ATTRIBUTION_S = 0.4  # CPU: how long forward runs while its CPU time is sampled (about 1,600 samples a thread)
@@ -134,6 +138,8 @@ class Evaluator:
         isolation.protect_this_process()
         self._nulls = null_candidates
         self._link_baseline: frozenset[str] | None = None
+        self._calibration: Beside | None = None  # the link audit's baseline, being made beside the first evaluation
+        self._zygote_lock = threading.Lock()  # the build's import of model_new.py may start it from its thread
         self.baselines = Baselines(task, device, self.options.compile_mode, self.options.plan)
         self._peaks = None
         self._cost = None
@@ -168,6 +174,9 @@ class Evaluator:
         self.close()
 
     def close(self) -> None:
+        if self._calibration is not None:  # a calibration still compiling ends (and is kept for the machine)
+            with contextlib.suppress(Exception):
+                self._calibration.result()
         self.baselines.close()
         self._adopt_starting()
         while self._spares:
@@ -190,6 +199,10 @@ class Evaluator:
         never overlaps a clean measurement) and restarted if it died. It lives in the candidates' jail."""
         if not self.options.fork_server:
             return None
+        with self._zygote_lock:
+            return self._zygote_started()
+
+    def _zygote_started(self) -> Zygote:
         if self._zygote is None or not self._zygote.alive():
             self._close_zygote()
             view = self.cell().view()
@@ -208,18 +221,22 @@ class Evaluator:
 
     # ----- build ------------------------------------------------------------------------------------------------
 
-    def build(self, ws: Workspace, handin: HandIn | None = None) -> BuildResult:
+    def build(self, ws: Workspace, handin: HandIn | None = None, quiet: threading.Event | None = None) -> BuildResult:
         """Build the candidate in the build's jail (build/candidate.py); with a hand-in, put what was built into
         it. A single-file candidate whose load_inline calls only running it would tell is imported, jailed, to
-        find them."""
+        find them: once `quiet` is set (no clean measurement left), since that runs candidate code."""
         own = handin is None
         if own:
             handin = self.cell().handin()
             handin.put("model_new.py", read_candidate(ws) or "")
         try:
-            return build_candidate(
-                ws, handin, self.device, self.cell().jail, self.options.build_timeout_s, self._wanted_calls
-            )
+
+            def find_calls(h: HandIn):
+                if quiet is not None:
+                    quiet.wait()
+                return self._wanted_calls(h)
+
+            return build_candidate(ws, handin, self.device, self.cell().jail, self.options.build_timeout_s, find_calls)
         finally:
             if own:
                 handin.remove()
@@ -292,6 +309,7 @@ class Evaluator:
     def _evaluate(self, ws: Workspace, timing: bool | None = None) -> Verdict:
         timing = self.options.timing if timing is None else timing
         t0 = time.monotonic()
+        timeline = Timeline(t0)
         self._phase("auditing the sources")
         source = read_candidate(ws)
         v = audited(self.task, self.device, ws, self.options.audit_static, source)
@@ -303,42 +321,61 @@ class Evaluator:
             v.reject("UNCONFINED", f"--confine strict: this machine cannot jail the candidate ({exc}); nothing ran")
             return self._finish(v, t0)
         self._start_early(timing)
-        t1 = time.monotonic()
-        self.validate()
-        self._phase("checking the task with null candidates")
-        self._flag_degenerate(v)
-        v.seconds["task_check"] = round(time.monotonic() - t1, 3)  # once per evaluator: then milliseconds
-        if self._validated_alone:
-            v.notes.append(
-                f"the task's check ran out of device memory while other work shared the device "
-                f"({self._validated_alone}); it was checked again with the device alone"
-            )
-        if timing:  # clean baselines first: no candidate process may exist while they are measured
-            self._phase("measuring eager and torch.compile (once per task and machine)")
-            t1 = time.monotonic()
-            self._prepare_timing()
-            v.seconds["baselines"] = round(time.monotonic() - t1, 3)
         handin = cell.handin()
         handin.put("model_new.py", source)
-        child = self._candidate_process()  # creates its CUDA context and sets its profiler up during the build
-        profiler = ref = None
+        # The CPU's part of a cold start beside the task check and the baselines (overlap.py decides where it runs)
+        measuring = timing and not (self.baselines.all_cached() and peaks_cached(self.device))
+        quiet = threading.Event()  # no clean measurement left in this evaluation
+        if not measuring:
+            quiet.set()
+        room = room_beside_measurement(self.device.is_cuda, measuring)
+        jobs = {"build": Beside("build", lambda: self.build(ws, handin, quiet), timeline, room, quiet)}
+        if (
+            self._link_baseline is None
+            and self._calibration is None
+            and self.options.audit_static
+            and ws.candidate_format() is not CandidateFormat.PYTHON
+        ):
+            self._calibration = Beside("link_calibration", lambda: baseline_symbols(self.device), timeline, room, quiet)
+        child = profiler = ref = None
         try:
-            self._phase("building the extension")
-            build = self.build(ws, handin)
+            t1 = time.monotonic()
+            self._phase("checking the task with null candidates")
+            with timeline.span("task_check"):
+                self.validate()
+                self._flag_degenerate(v)
+            v.seconds["task_check"] = round(time.monotonic() - t1, 3)  # once per evaluator: then milliseconds
+            if self._validated_alone:
+                v.notes.append(
+                    f"the task's check ran out of device memory while other work shared the device "
+                    f"({self._validated_alone}); it was checked again with the device alone"
+                )
+            if timing:  # clean baselines: no candidate process may exist while they are measured
+                self._phase("measuring eager and torch.compile (once per task and machine)")
+                t1 = time.monotonic()
+                with timeline.span("baselines"):
+                    self._prepare_timing()
+                v.seconds["baselines"] = round(time.monotonic() - t1, 3)
+            quiet.set()
+            child = self._candidate_process()  # creates its CUDA context and sets its profiler up during the build
+            if not jobs["build"].done():
+                self._phase("building the extension")
+            build = jobs["build"].result()
             v.build = build.to_dict()
             v.seconds["build"] = round(build.seconds, 3)
             if not build.ok:
                 v.reject("BUILD_TIMEOUT" if build.timed_out else "BUILD_FAILED", build.errors or "the build failed")
                 child = self._keep_as_spare(child)  # it was sent nothing: the next evaluation's process
-                return self._finish(v, t0)
+                return self._finish(v, t0, timeline)
             handin.seal()
             self._expanded_audit(build, v)
             extension = self._link_audit(handin, v)
             if v.violations:
                 child = self._keep_as_spare(child)
-                return self._finish(v, t0)
+                return self._finish(v, t0, timeline)
             self._phase("verifying on fresh inputs")
             t1 = time.monotonic()
+            timeline.begin("verify")
             child.handshake()
             v.seconds["child_start"] = round(time.monotonic() - t1, 3)  # what the build did not hide
             v.confinement = {**child.confinement, "jail": cell.jail.to_dict()}
@@ -352,18 +389,23 @@ class Evaluator:
                 if v.correct and ref is not None and not self.device.is_cuda:
                     self._phase("sampling where forward's CPU time goes")
                     self._attribute(child, handin, v)
+            timeline.end("verify")
             v.seconds["verify"] = round(time.monotonic() - t1, 3)
             if v.correct and timing and ref is not None:
                 self._phase("timing the candidate")
                 t1 = time.monotonic()
                 profiler = self._profiler()
                 self.baselines.wait_warm()  # before the device is held alone: the warming thread shares it
-                with device_share(exclusive=True):
+                with device_share(exclusive=True), timeline.span("timing"):
                     profiler.run(child, ref, runner.ext, v)
                 v.seconds["timing"] = round(time.monotonic() - t1, 3)
         except ChildFailure as f:
             v.reject(f.code, f.message + _tail(f.output))
         finally:
+            quiet.set()  # a job still waiting (the task check failed) runs and ends before its hand-in goes
+            for job in jobs.values():
+                with contextlib.suppress(Exception):
+                    job.result()
             if child is not None:
                 child.close()
             if profiler is None:
@@ -381,7 +423,7 @@ class Evaluator:
             ws.ensure_infrastructure(self.task.source)
             v.reject("INFRA_TAMPERED", f"fixed files changed while the candidate was evaluated: {', '.join(tampered)}")
         self._start_spare()
-        return self._finish(v, t0)
+        return self._finish(v, t0, timeline)
 
     # ----- candidate processes -----------------------------------------------------------------------------------
 
@@ -464,7 +506,8 @@ class Evaluator:
         libraries = [inspect_library(p) for p in handin.libraries()]
         if self.options.audit_static and libraries:
             if self._link_baseline is None:
-                self._link_baseline = baseline_symbols(self.device)
+                calibration, self._calibration = self._calibration, None
+                self._link_baseline = calibration.result() if calibration else baseline_symbols(self.device)
             for lib in libraries:
                 for violation in audit_library(lib, os.path.relpath(lib.path, handin.path), self._link_baseline):
                     v.reject(violation.code, violation.message)
@@ -554,7 +597,9 @@ class Evaluator:
             self._cost,
         )
 
-    def _finish(self, v: Verdict, t0: float) -> Verdict:
+    def _finish(self, v: Verdict, t0: float, timeline: Timeline | None = None) -> Verdict:
+        if timeline is not None:
+            v.timeline = timeline.to_dict()
         if v.violations:
             v.correct = False
         if not v.correct or v.tier == -1:

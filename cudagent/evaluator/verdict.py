@@ -110,6 +110,7 @@ class Verdict:
     candidate_format: str | None = None
     build: dict | None = None
     seconds: dict = field(default_factory=dict)  # time spent per phase
+    timeline: dict = field(default_factory=dict)  # phase -> [start, end], s from the evaluation's start (overlapping)
     timing: dict | None = None  # the profiler's detail (per-target statistics, roofline, kernel breakdown)
     confinement: dict | None = None  # what held in the candidate's process (confine.status()); None: none ran
     cpu_time: dict | None = None  # CPU only: where forward's CPU time went, by kind of code (audit/attribution.py)

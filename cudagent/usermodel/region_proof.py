@@ -8,10 +8,10 @@ confined process). `prove_regions` applies it in this process to ops registered 
 (region, op) (putback.register with the region's kernel). Each region is tried alone first: the model's graph
 with only that region replaced, timed in `mode` (eager, or torch.compile of the patched graph) against the original
 in the same mode, in rounds interleaved with it; a region is kept only if it makes the model faster there by more
-than `margin`. The kept regions
-are then put back together and the four variants timed in interleaved rounds (original and patched, eager and
-compiled): what a user gets, in both modes, whatever the mode asked. Timings are medians of `calls` calls after warm-up (CUDA events on the GPU),
-each variant built once; compiled variants are compiled before they are timed.
+than `margin`. The kept regions are then put back together and the four variants timed in interleaved rounds
+(original and patched, eager and compiled): what a user gets, in both modes, whatever the mode asked. Timings are
+medians of `calls` calls after warm-up (CUDA events on the GPU), each variant built once; compiled variants are
+compiled before they are timed.
 """
 
 from __future__ import annotations
@@ -124,8 +124,18 @@ def prove_regions(
     return proof
 
 
-def select(names, patched, check, prepare, clock, original, variant: str, rounds: int = 3, margin: float = 0.01,
-           keep_slower=False):
+def select(
+    names,
+    patched,
+    check,
+    prepare,
+    clock,
+    original,
+    variant: str,
+    rounds: int = 3,
+    margin: float = 0.01,
+    keep_slower=False,
+):
     """Which regions to keep: each put back alone (`patched([name])`), its outputs checked (`check(module)`: why
     they differ, or None), made ready to run in the mode asked (`prepare(module)`: itself, or compiled) and timed
     (`clock(ready)`: ms) in `rounds` rounds interleaved with the original (`original`, already prepared), so that

@@ -46,11 +46,13 @@ def _build_inline(
     start = time.monotonic()
     specs, left = inline.extract(handin.path.joinpath("model_new.py").read_text(errors="replace"))
     recompiled: list[str] = []
+    notes: list[str] = []
     expanded = []
 
     def build(spec) -> BuildResult | None:
         built = inline.build(spec, device, timeout_s, jail)
         recompiled.extend(f"{spec.name}/{name}" for name in built.recompiled)
+        notes.extend(f"load_inline({spec.name!r}): {note}" for note in built.notes)
         expanded.extend(built.expanded)
         if not built.ok:
             built.seconds = time.monotonic() - start
@@ -76,4 +78,4 @@ def _build_inline(
             failed = build(spec)
             if failed:
                 return failed
-    return BuildResult(True, time.monotonic() - start, recompiled=recompiled, expanded=expanded)
+    return BuildResult(True, time.monotonic() - start, recompiled=recompiled, expanded=expanded, notes=notes)

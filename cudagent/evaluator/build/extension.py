@@ -64,6 +64,7 @@ class BuildResult:
     log: str = ""  # the whole (bounded) compiler output
     timed_out: bool = False
     restored: list[str] = field(default_factory=list)  # fixed files that had been changed and were restored
+    notes: list[str] = field(default_factory=list)  # how it was built, where that differs from the sources as written
     # what the preprocessor made of each unit, for the audit (audit/expanded_scan.py); not part of to_dict
     expanded: list[Expansion] = field(default_factory=list)
 
@@ -76,6 +77,7 @@ class BuildResult:
             "errors": self.errors,
             "timed_out": self.timed_out,
             "restored": self.restored,
+            "notes": self.notes,
         }
 
     @classmethod
@@ -89,6 +91,7 @@ class BuildResult:
             errors=d.get("errors", ""),
             timed_out=bool(d.get("timed_out", False)),
             restored=list(d.get("restored", [])),
+            notes=list(d.get("notes", [])),
         )
 
 

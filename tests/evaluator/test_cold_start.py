@@ -1,0 +1,167 @@
+"""An evaluation's cold start overlapped (evaluator/overlap.py): the build and the link audit's calibration run beside
+the task check (and, on a CUDA host with cores to spare, beside the baselines) instead of after them; a CPU device's
+baselines are still measured with nothing compiling; an import of the candidate's model_new.py (a load_inline call
+that only running it tells) waits for every clean measurement to end. Each test reads the verdict's timeline."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from cudagent.evaluator.overlap import RESERVED_CORES, Beside, Timeline, room_beside_measurement
+from tests.caches import seeded_cache
+
+
+def _overlap(a: list[float], b: list[float]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def _axpby(tmp_path):
+    from cudagent.task import load_task
+    from cudagent.workspace import resolve_candidate, workspace_for
+    from tests.agent.episodes import REPO, write_task
+
+    task = load_task(write_task(tmp_path / "task"))  # axpby on small vectors
+    return task, workspace_for(resolve_candidate(REPO / "examples" / "solutions" / "cpu" / "axpby"), task.source)
+
+
+def test_where_a_compile_may_run_while_a_clean_measurement_is_left():
+    cores = set(range(16))
+    assert room_beside_measurement(True, measuring=False, cores=cores) == cores
+    assert room_beside_measurement(True, measuring=True, cores=cores) == set(range(RESERVED_CORES, 16))
+    assert room_beside_measurement(False, measuring=True, cores=cores) is None  # a CPU device's baselines: CPU time
+    assert room_beside_measurement(True, measuring=True, cores={0, 1, 2, 3}) is None  # no cores to spare
+    assert room_beside_measurement(False, measuring=False, cores={0, 1}) == {0, 1}
+
+
+def test_a_job_beside_a_measurement_runs_pinned_and_one_without_room_waits_for_quiet():
+    import os
+
+    timeline, quiet = Timeline(), threading.Event()
+    mine = set(os.sched_getaffinity(0))
+    pinned = Beside("pinned", lambda: os.sched_getaffinity(0), timeline, {min(mine)}, quiet)
+    waiting = Beside("waiting", lambda: timeline.now(), timeline, None, quiet)
+    assert pinned.result() == {min(mine)}
+    assert set(os.sched_getaffinity(0)) == mine  # the caller's thread kept its cores
+    assert not waiting.done()
+    set_at = timeline.now()
+    quiet.set()
+    assert waiting.result() >= set_at
+
+
+@pytest.mark.slow  # a whole evaluation (about 15 s on two cores)
+def test_the_build_runs_beside_the_task_check(tmp_path):
+    """Nothing to measure (timing off): the build starts with the task check, not after it."""
+    from cudagent.device.info import resolve_device
+    from cudagent.evaluator import EvalOptions, Evaluator
+
+    task, ws = _axpby(tmp_path)
+    with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=False)) as evaluator:
+        v = evaluator.evaluate(ws)
+    assert v.correct, v.summary()
+    spans = v.timeline
+    assert {"task_check", "build", "verify"} <= set(spans), spans
+    assert _overlap(spans["build"], spans["task_check"]), spans
+    assert spans["verify"][0] >= max(spans["build"][1], spans["task_check"][1]), spans
+
+
+@pytest.mark.slow  # the link audit's calibration compiles an extension from nothing (tens of seconds)
+def test_the_link_audits_calibration_is_made_beside_the_first_evaluation(tmp_path, monkeypatch):
+    from cudagent.device.info import resolve_device
+    from cudagent.evaluator import EvalOptions, Evaluator
+
+    cache = seeded_cache(tmp_path / "cache")
+    import shutil
+
+    shutil.rmtree(cache / "link-baseline", ignore_errors=True)
+    monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(cache))
+    task, ws = _axpby(tmp_path)
+    with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=False)) as evaluator:
+        v = evaluator.evaluate(ws)
+        assert v.correct, v.summary()
+        spans = v.timeline
+        assert _overlap(spans["link_calibration"], spans["build"]), spans
+        assert _overlap(spans["link_calibration"], spans["task_check"]), spans
+        again = evaluator.evaluate(ws)
+    assert "link_calibration" not in again.timeline  # once per machine, kept
+    assert any((cache / "link-baseline").iterdir())
+
+
+@pytest.mark.slow  # measures a CPU baseline, torch.compile included
+def test_a_cpu_devices_baselines_are_measured_with_nothing_compiling(tmp_path, monkeypatch):
+    from cudagent.device.info import resolve_device
+    from cudagent.evaluator import EvalOptions, Evaluator
+    from cudagent.evaluator.timing.measure import Plan
+
+    monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(seeded_cache(tmp_path / "cache")))
+    task, ws = _axpby(tmp_path)
+    plan = Plan(min_samples=5, min_seconds=0.05, max_seconds=1.0, warmup_calls=2)
+    with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=True, plan=plan)) as evaluator:
+        v = evaluator.evaluate(ws)
+    spans = v.timeline
+    assert "baselines" in spans, (spans, v.summary())
+    assert spans["build"][0] >= spans["baselines"][1], spans
+
+
+@pytest.mark.slow  # builds a load_inline extension
+def test_importing_model_new_to_find_its_load_inline_calls_waits_for_quiet(tmp_path, monkeypatch):
+    """A build whose load_inline calls only running model_new.py tells does not run it until `quiet` is set: no
+    candidate code runs beside a clean measurement."""
+    from cudagent.device.info import resolve_device
+    from cudagent.evaluator import EvalOptions, Evaluator
+    from cudagent.task import load_task
+    from cudagent.workspace import resolve_candidate, workspace_for
+    from tests.agent.episodes import REPO
+
+    source = (REPO / "tests" / "adversarial" / "cases" / "control_inline_cpu" / "model_new.py").read_text()
+    source = source.replace('name="vadd_inline_cpu"', 'name="vadd_inline_" + str(len("quiet"))')  # read by running
+    (tmp_path / "model_new.py").write_text(source)
+    task = load_task(REPO / "tests" / "adversarial" / "tasks" / "vadd.py")
+    ws = workspace_for(resolve_candidate(tmp_path / "model_new.py"), task.source)
+    order = []
+
+    class Quiet(threading.Event):
+        def wait(self, timeout=None):
+            order.append("waits")
+            return super().wait(timeout)
+
+    quiet = Quiet()
+    with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=False)) as evaluator:
+        wanted = evaluator._wanted_calls
+        monkeypatch.setattr(evaluator, "_wanted_calls", lambda h: (order.append("imports"), wanted(h))[1])
+        handin = evaluator.cell().handin()
+        handin.put("model_new.py", source)
+        try:
+            job = Beside("build", lambda: evaluator.build(ws, handin, quiet), Timeline(), {0}, quiet)  # runs now
+            for _ in range(600):  # until the build reaches the import (polled, at most a minute)
+                if order or job.done():
+                    break
+                threading.Event().wait(0.1)
+            assert order == ["waits"], order
+            order.append("quiet")
+            quiet.set()
+            built = job.result()
+        finally:
+            handin.remove()
+    assert built.ok, built.errors
+    assert order[:3] == ["waits", "quiet", "imports"], order
+
+
+@pytest.mark.slow  # compiles the calibration extension from nothing
+def test_doctor_prepare_makes_the_machines_facts_once(tmp_path):
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    cache = seeded_cache(tmp_path / "cache")
+    shutil.rmtree(cache / "link-baseline", ignore_errors=True)
+    env = {**os.environ, "CUDAGENT_CACHE_DIR": str(cache), "CUDAGENT_HOME": str(tmp_path / "home")}
+    argv = [sys.executable, "-m", "cudagent", "doctor", "--device", "cpu", "--no-server", "--prepare", "--json"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    assert checks["link-audit calibration"]["ok"], checks
+    assert any((cache / "link-baseline").iterdir())
