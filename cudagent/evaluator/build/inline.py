@@ -46,6 +46,7 @@ _FRONTEND_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]torch/(?:extens
 _NEEDS_FRONTEND = re.compile(
     r"\bpy::|pybind11|PYBIND11_|\bTHP|\btorch::(?:nn|optim|autograd|jit|data|serialize|python)\b"
 )
+LEAN_ENV = "CUDAGENT_LEAN_INCLUDES"  # 0: cuda.cu compiled as written (lean_cuda_cu)
 # What a unit that misses a declaration says (nvcc's front end, g++): only such a failure is tried again as written
 _UNDECLARED = re.compile(
     r"is undefined|was not declared|has no member|is not a member|incomplete type|no instance of|no matching function"
@@ -180,7 +181,7 @@ class InlineSpec:
         that name something only the frontend or the bindings declare. A unit that compiles either way compiles
         to the same code; nvcc parses the frontend twice, for the device and for the host, so this roughly halves
         the unit's build (84 s to 37 s for KernelBench's fused-GELU example on two cores). One that does not
-        compile lean is compiled as written (build)."""
+        compile lean is compiled as written (build); CUDAGENT_LEAN_INCLUDES=0 always compiles it as written."""
         cuda = self.cuda_cu()
         if cuda is None or not _FRONTEND_INCLUDE.search(cuda) or _NEEDS_FRONTEND.search(cuda):
             return None
@@ -403,7 +404,8 @@ def build(spec: InlineSpec, device: DeviceInfo, timeout_s: float, jail=None):
     with open(folder.parent / f"{folder.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         units = [Unit(_write(folder / "main.cpp", spec.main_cpp()), "cxx")]
-        cuda, lean = spec.cuda_cu(), spec.lean_cuda_cu()
+        cuda = spec.cuda_cu()
+        lean = spec.lean_cuda_cu() if os.environ.get(LEAN_ENV, "1") != "0" else None
         if cuda is not None:
             units.append(Unit(_write(folder / "cuda.cu", lean or cuda), "nvcc"))
         includes = [f"-I{shlex.quote(p)}" for p in spec.extra_include_paths]
