@@ -338,24 +338,33 @@ class Evaluator:
         ):
             self._calibration = Beside("link_calibration", lambda: baseline_symbols(self.device), timeline, room, quiet)
         child = profiler = ref = None
+        everywhere = set(os.sched_getaffinity(0))
+        t1 = time.monotonic()
+        self._phase("checking the task with null candidates")
+        check = jobs["task_check"] = Beside("task_check", lambda: self._check_task(v), timeline, everywhere, quiet)
+        if measuring and self.options.fork_server and self._zygote is None:  # its import of torch, idle once timed
+            jobs["fork_server"] = Beside(
+                "fork_server", lambda: self._fork_server().wait_ready(), timeline, everywhere, quiet
+            )
+
+        def before_measuring():  # the device's clean measurements wait for what ran beside their preparation
+            check.result()
+            if "fork_server" in jobs:
+                jobs["fork_server"].result()
+
         try:
-            t1 = time.monotonic()
-            self._phase("checking the task with null candidates")
-            with timeline.span("task_check"):
-                self.validate()
-                self._flag_degenerate(v)
-            v.seconds["task_check"] = round(time.monotonic() - t1, 3)  # once per evaluator: then milliseconds
+            if timing:  # clean baselines: no candidate process may exist while they are measured
+                self._phase("measuring eager and torch.compile (once per task and machine)")
+                with timeline.span("baselines"):
+                    self._prepare_timing(before_measuring)
+                v.seconds["baselines"] = round(time.monotonic() - t1, 3)  # what the task check did not hide
+            check.result()
+            v.seconds["task_check"] = round(timeline.spans["task_check"][1] - timeline.spans["task_check"][0], 3)
             if self._validated_alone:
                 v.notes.append(
                     f"the task's check ran out of device memory while other work shared the device "
                     f"({self._validated_alone}); it was checked again with the device alone"
                 )
-            if timing:  # clean baselines: no candidate process may exist while they are measured
-                self._phase("measuring eager and torch.compile (once per task and machine)")
-                t1 = time.monotonic()
-                with timeline.span("baselines"):
-                    self._prepare_timing()
-                v.seconds["baselines"] = round(time.monotonic() - t1, 3)
             quiet.set()
             child = self._candidate_process()  # creates its CUDA context and sets its profiler up during the build
             if not jobs["build"].done():
@@ -486,6 +495,11 @@ class Evaluator:
         if self.options.on_phase is not None:
             self.options.on_phase(what)
 
+    def _check_task(self, v: Verdict) -> None:
+        """The task's own check (once per evaluator) and its null candidates (a degenerate task is flagged)."""
+        self.validate()
+        self._flag_degenerate(v)
+
     def _expanded_audit(self, build: BuildResult, v: Verdict) -> None:
         """The candidate's C++ and CUDA as the preprocessor left them, judged by the source scan's rules
         (audit/expanded_scan.py): a name a macro spells is seen."""
@@ -571,10 +585,12 @@ class Evaluator:
         if why:
             v.notes.append(why)
 
-    def _prepare_timing(self) -> None:
-        """Baselines (each prepared beside other work on the device, timed alone: baselines.py), the device's peaks
-        (measured alone, once per machine) and the task's cost."""
-        self.baselines.get()
+    def _prepare_timing(self, before_measuring=None) -> None:
+        """Baselines (each prepared beside other work on the device, timed alone: baselines.py; `before_measuring()`
+        once prepared), the device's peaks (measured alone, once per machine) and the task's cost."""
+        self.baselines.get(before_measuring)
+        if before_measuring is not None:
+            before_measuring()
         if self._peaks is None:
             with device_share(exclusive=True):
                 self._peaks = device_peaks(self.device)

@@ -102,6 +102,7 @@ def test_a_cpu_devices_baselines_are_measured_with_nothing_compiling(tmp_path, m
     spans = v.timeline
     assert "baselines" in spans, (spans, v.summary())
     assert spans["build"][0] >= spans["baselines"][1], spans
+    assert _overlap(spans["task_check"], spans["baselines"]), spans  # the check runs beside their preparation
 
 
 @pytest.mark.slow  # builds a load_inline extension

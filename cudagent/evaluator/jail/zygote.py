@@ -199,6 +199,11 @@ class Zygote:
             self._gone = True
             self._cond.notify_all()
 
+    def wait_ready(self) -> bool:
+        """Wait until the zygote has imported what its children share (or died): whether it is ready."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._ready or self._gone, timeout=self.start_timeout_s) and self._ready
+
     def alive(self) -> bool:
         return not self._gone and self.proc.poll() is None
 

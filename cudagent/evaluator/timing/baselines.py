@@ -184,9 +184,10 @@ class Baselines:
             self._warming.join()
             self._warming = None
 
-    def get(self) -> dict[str, Baseline | None]:
+    def get(self, before_measuring=None) -> dict[str, Baseline | None]:
         """{"eager": ..., "compile": ...}; a baseline that cannot be timed is None (see `notes` for why). Cached ones
-        are read at once, even while their workers are warming; measuring waits for the warming to end."""
+        are read at once, even while their workers are warming; measuring waits for the warming to end, and for
+        `before_measuring()` (what ran beside the preparation must be over before anything is timed)."""
         for target in TARGETS:
             if target not in self._memo and (cached := self._cached(target)) is not None:
                 self._memo[target] = cached
@@ -197,10 +198,14 @@ class Baselines:
         if todo and self.one_at_a_time():  # each worker prepared, timed and closed before the next starts
             for target in todo:
                 failed = self._prepare([target])
+                if before_measuring is not None:
+                    before_measuring()
                 self._memo[target] = None if failed else self._measure(target)
                 self.workers[target].close()
             return dict(self._memo)
         failed = self._prepare(todo)
+        if before_measuring is not None:
+            before_measuring()
         for target in todo:
             self._memo[target] = None if target in failed else self._measure(target)
         return dict(self._memo)
