@@ -90,6 +90,11 @@ def main() -> int:
     parser.add_argument("--tasks", nargs="*", default=["softmax", "layernorm", "scale_shift_tanh"])
     parser.add_argument("--inline", nargs="*", type=Path, default=[])
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--device", default="cuda", help="cuda (the tasks' CUDA solutions) or cpu (their C++ ones)")
+    parser.add_argument("--no-timing", action="store_true", help="verdicts without baselines (the build's figures)")
+    parser.add_argument(
+        "--compare-pch", action="store_true", help="each task also with doctor's precompiled headers removed"
+    )
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="cold-start-"))
     record: dict = {"machine_before": machine(), "runs": []}
@@ -101,22 +106,26 @@ def main() -> int:
             out["doctor_prepare"] = {"wall_s": wall, "checks": doc.get("checks", doc)}
             print(f"run {run}: doctor --prepare {wall} s", flush=True)
             for task in args.tasks:
-                cache = facts_only(facts, scratch / f"run{run}" / task)
-                wall, v = cudagent(
-                    [
+                variants = {"": False, " (no doctor PCH)": True} if args.compare_pch else {"": False}
+                for label, drop_pch in variants.items():
+                    cache = facts_only(facts, scratch / f"run{run}" / f"{task}{'-nopch' if drop_pch else ''}")
+                    if drop_pch:
+                        shutil.rmtree(cache / "pch", ignore_errors=True)
+                    argv = [
                         "check",
                         str(ROOT / "examples" / "tasks" / f"{task}.py"),
-                        str(ROOT / "examples" / "solutions" / "cuda" / task),
+                        str(ROOT / "examples" / "solutions" / args.device / task),
                         "--json",
-                    ],
-                    cache,
-                )
-                out["tasks"][task] = verdict_row(wall, v)
-                print(
-                    f"run {run}: {task}: first verdict {wall} s (tier {v.get('tier')}), phases {v.get('seconds')},"
-                    f" timeline {v.get('timeline')}",
-                    flush=True,
-                )
+                        "--device",
+                        args.device,
+                    ] + (["--no-timing"] if args.no_timing else [])
+                    wall, v = cudagent(argv, cache)
+                    out["tasks"][task + label] = verdict_row(wall, v)
+                    print(
+                        f"run {run}: {task}{label}: first verdict {wall} s (tier {v.get('tier')}), phases "
+                        f"{v.get('seconds')}, timeline {v.get('timeline')}",
+                        flush=True,
+                    )
             for folder in args.inline:
                 name = folder.name
                 argv = ["check", str(folder / "task.py"), str(folder / "model_new.py"), "--json", "--no-timing"]

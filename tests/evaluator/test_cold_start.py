@@ -149,8 +149,8 @@ def test_importing_model_new_to_find_its_load_inline_calls_waits_for_quiet(tmp_p
     assert order[:3] == ["waits", "quiet", "imports"], order
 
 
-@pytest.mark.slow  # compiles the calibration extension from nothing
-def test_doctor_prepare_makes_the_machines_facts_once(tmp_path):
+@pytest.mark.slow  # compiles the calibration extension and two precompiled headers from nothing
+def test_doctor_prepare_makes_the_machines_facts_once(tmp_path, monkeypatch):
     import json
     import os
     import shutil
@@ -159,6 +159,7 @@ def test_doctor_prepare_makes_the_machines_facts_once(tmp_path):
 
     cache = seeded_cache(tmp_path / "cache")
     shutil.rmtree(cache / "link-baseline", ignore_errors=True)
+    shutil.rmtree(cache / "pch", ignore_errors=True)
     env = {**os.environ, "CUDAGENT_CACHE_DIR": str(cache), "CUDAGENT_HOME": str(tmp_path / "home")}
     argv = [sys.executable, "-m", "cudagent", "doctor", "--device", "cpu", "--no-server", "--prepare", "--json"]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
@@ -166,3 +167,21 @@ def test_doctor_prepare_makes_the_machines_facts_once(tmp_path):
     checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
     assert checks["link-audit calibration"]["ok"], checks
     assert any((cache / "link-baseline").iterdir())
+    assert checks["precompiled headers"]["ok"], checks
+    made = {json.loads(m.read_text())["header"] for m in (cache / "pch").glob("*/manifest.json")}
+    assert made == {"torch/types.h", "torch/extension.h"}, made  # at once, not at a build's second miss
+
+    # a kernel's unit that starts with torch/types.h compiles with doctor's PCH: no new entry, no miss counted
+    from cudagent.device.info import resolve_device
+    from cudagent.evaluator.build.extension import build_workspace
+    from cudagent.workspace import resolve_candidate, workspace_for
+    from tests.agent.episodes import REPO, write_task
+
+    monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(cache))
+    task = write_task(tmp_path / "task")
+    ws = workspace_for(resolve_candidate(REPO / "examples" / "solutions" / "cpu" / "axpby"), task.read_text())
+    unit = next(ws.kernels_dir.glob("*.cpp"))
+    unit.write_text(unit.read_text() + "\nint doctor_pch_probe() { return 7; }\n")  # new to the object cache
+    assert build_workspace(ws, resolve_device("cpu")).ok
+    misses = list((cache / "pch").glob("*/misses"))
+    assert len(misses) == 2 and all(m.read_text() == "1\n" for m in misses), misses

@@ -35,6 +35,9 @@ from pathlib import Path
 # Only headers heavy enough to be worth hundreds of megabytes: torch's, and pybind11 (which torch's include).
 HEAVY_PREFIXES = ("torch/", "ATen/", "c10/", "pybind11/")
 MISSES_BEFORE_PCH = 2
+AT_ONCE_ENV = "CUDAGENT_PCH_AT_ONCE"  # 1: a miss makes its PCH at once (`prepare`, for `cudagent doctor --prepare`)
+# The headers a workspace's kernels start with (the examples, the skills, KernelBench's sources)
+WORKSPACE_HEADERS = ("torch/types.h", "torch/extension.h")
 _INCLUDE = re.compile(r"#\s*include\s*<([^>\s]+)>\s*$")
 
 
@@ -139,7 +142,8 @@ class PchStore:
         entry.mkdir(parents=True, exist_ok=True)
         with open(entry / "misses", "a") as f:
             f.write("1\n")
-        if (entry / "misses").read_text().count("\n") < MISSES_BEFORE_PCH:
+        needed = 1 if os.environ.get(AT_ONCE_ENV) == "1" else MISSES_BEFORE_PCH
+        if (entry / "misses").read_text().count("\n") < needed:
             return None
         with open(entry.parent / f"{entry.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one process makes it; the others wait for it and use it
@@ -158,6 +162,35 @@ class PchStore:
                 if any(os.path.lexists(os.path.join(folder, os.path.relpath(path, s))) for s in under):
                     return True
         return False
+
+
+def prepare(device) -> str:
+    """Make now the PCHs of the headers a workspace's kernels start with, for the workspace build's own flags: a
+    workspace of one unit per header, each unit new to the object cache (its first miss makes the PCH). What a
+    machine's first build would otherwise compile without (a first miss) or stop to make (a second)."""
+    import secrets
+
+    from cudagent.evaluator.build.extension import build_workspace
+    from cudagent.workspace import Workspace
+
+    token = secrets.token_hex(6)
+    with tempfile.TemporaryDirectory(prefix="cudagent-pch-") as scratch:
+        ws = Workspace.create(Path(scratch) / "ws", "")
+        for i, header in enumerate(WORKSPACE_HEADERS):
+            unit = f"#include <{header}>\nint cudagent_pch_{i}_{token}() {{ return {i}; }}\n"
+            (ws.kernels_dir / f"pch_{i}.cpp").write_text(unit)
+        before = os.environ.get(AT_ONCE_ENV)
+        os.environ[AT_ONCE_ENV] = "1"
+        try:
+            built = build_workspace(ws, device)
+        finally:
+            if before is None:
+                os.environ.pop(AT_ONCE_ENV, None)
+            else:
+                os.environ[AT_ONCE_ENV] = before
+    if not built.ok:
+        raise RuntimeError(f"the precompiled headers' workspace did not build: {built.errors[:300]}")
+    return ", ".join(WORKSPACE_HEADERS)
 
 
 def _current(entry: Path) -> dict | None:
