@@ -1,8 +1,8 @@
 """The trusted evaluator: static audits, build, trials in a child process, honest timing, verdict.
 
-    audit ─ task check ─ baselines, peaks and task cost (before any candidate process exists) ─┬─ link audit ─ child:
-          └ build, link-audit calibration (threads beside them: overlap.py) ──────────────────┘  load, trials
-      (verify.py), timing and its checks (profile.py) ─ tampering check ─ tier
+    audit ─┬ task check (this thread: the task's deadline is an alarm) ──────────────┬ link audit ─ child: load,
+           ├ baselines prepared, then timed once the check is over (no candidate process) ┤ trials (verify.py), timing
+           └ build, link-audit calibration, the fork server's import (overlap.py) ──────┘ (profile.py) ─ tampering ─ tier
 
 The reference lives only here, in the parent: fresh secret seeds for weights and inputs every evaluation, its
 outputs computed here, after the candidate's, and never sent anywhere; this process is non-dumpable. Candidate code
@@ -339,32 +339,44 @@ class Evaluator:
             self._calibration = Beside("link_calibration", lambda: baseline_symbols(self.device), timeline, room, quiet)
         child = profiler = ref = None
         everywhere = set(os.sched_getaffinity(0))
-        t1 = time.monotonic()
-        self._phase("checking the task with null candidates")
-        check = jobs["task_check"] = Beside("task_check", lambda: self._check_task(v), timeline, everywhere, quiet)
         if measuring and self.options.fork_server and self._zygote is None:  # its import of torch, idle once timed
             jobs["fork_server"] = Beside(
                 "fork_server", lambda: self._fork_server().wait_ready(), timeline, everywhere, quiet
             )
+        checked, check_failed = threading.Event(), []
 
         def before_measuring():  # the device's clean measurements wait for what ran beside their preparation
-            check.result()
+            checked.wait()
+            if check_failed:
+                raise TaskError("the task's check failed; nothing is measured")
             if "fork_server" in jobs:
                 jobs["fork_server"].result()
 
+        if timing:  # clean baselines: prepared beside the task check; no candidate process exists while timed
+            jobs["baselines"] = Beside(
+                "baselines", lambda: self._prepare_timing(before_measuring), timeline, everywhere, quiet
+            )
         try:
-            if timing:  # clean baselines: no candidate process may exist while they are measured
-                self._phase("measuring eager and torch.compile (once per task and machine)")
-                with timeline.span("baselines"):
-                    self._prepare_timing(before_measuring)
-                v.seconds["baselines"] = round(time.monotonic() - t1, 3)  # what the task check did not hide
-            check.result()
-            v.seconds["task_check"] = round(timeline.spans["task_check"][1] - timeline.spans["task_check"][0], 3)
+            self._phase("checking the task with null candidates")
+            try:  # in this thread: the task's deadline (an alarm) works only here
+                with timeline.span("task_check"):
+                    self._check_task(v)
+            except BaseException:
+                check_failed.append(True)
+                raise
+            finally:
+                checked.set()
+            v.seconds["task_check"] = _length(timeline, "task_check")
             if self._validated_alone:
                 v.notes.append(
                     f"the task's check ran out of device memory while other work shared the device "
                     f"({self._validated_alone}); it was checked again with the device alone"
                 )
+            if timing:
+                if not jobs["baselines"].done():
+                    self._phase("measuring eager and torch.compile (once per task and machine)")
+                jobs["baselines"].result()
+                v.seconds["baselines"] = _length(timeline, "baselines")
             quiet.set()
             child = self._candidate_process()  # creates its CUDA context and sets its profiler up during the build
             if not jobs["build"].done():
@@ -623,6 +635,11 @@ class Evaluator:
             v.set_times(t["eager"], t["compile"], t["candidate"] if v.correct else None, self.options.margin)
         v.seconds["total"] = round(time.monotonic() - t0, 3)
         return v
+
+
+def _length(timeline: Timeline, phase: str) -> float:
+    start, end = timeline.spans[phase]
+    return round(end - start, 3)
 
 
 def _short(text: str, limit: int) -> str:
