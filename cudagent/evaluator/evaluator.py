@@ -1,8 +1,8 @@
 """The trusted evaluator: static audits, build, trials in a child process, honest timing, verdict.
 
-    audit ─┬ task check (this thread: the task's deadline is an alarm) ──────────────┬ link audit ─ child: load,
-           ├ baselines prepared, then timed once the check is over (no candidate process) ┤ trials (verify.py), timing
-           └ build, link-audit calibration, the fork server's import (overlap.py) ──────┘ (profile.py) ─ tampering ─ tier
+    audit ┬ task check (this thread: the task's deadline is an alarm) ─────────────┬ link audit ─ child: load,
+          ├ baselines prepared, then timed once the check is over (no candidate process) ┤ trials (verify.py), timing
+          └ build, link-audit calibration, the fork server's import (overlap.py) ─────┘ (profile.py), tampering, tier
 
 The reference lives only here, in the parent: fresh secret seeds for weights and inputs every evaluation, its
 outputs computed here, after the candidate's, and never sent anywhere; this process is non-dumpable. Candidate code
