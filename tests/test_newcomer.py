@@ -91,13 +91,14 @@ def test_5_check_tells_its_phases_and_bench_lines_are_whole(tmp_path):
     task = load_task(write_task(tmp_path / "task"))  # axpby on small vectors: the phases are the same
     with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=False, on_phase=phases.append)) as ev:
         ev.evaluate(workspace_for(resolve_candidate(ROOT / "examples/solutions/cpu/axpby"), task.source))
-    assert phases == [
+    waited = [p for p in phases if p != "building the extension"]  # told only while the build, beside, is not done
+    assert waited == [
         "auditing the sources",
         "checking the task with null candidates",
-        "building the extension",
         "verifying on fresh inputs",
         "sampling where forward's CPU time goes",
     ]
+    assert phases.index("building the extension") == 2 if len(phases) > len(waited) else True
     row = {"key": "-/axpby", "name": "axpby", "level": "-", "correct": False, "tier": -1}
     row["error"] = "[stock-1] the candidate hides a failing kernel behind a fallback path " * 3
     line = task_line(row)
