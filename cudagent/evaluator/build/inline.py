@@ -11,7 +11,9 @@ runs, and the candidate's process only ever imports modules it was handed:
   `load_inline` only records what it is asked for (`install(record=True)`), builds that, and imports again;
 - `build` compiles the very files torch would write, with the flags torch would use, through the workspace builds'
   ninja rules (extension.py): the machine's object cache and precompiled torch headers (objcache.py, pch.py), into
-  a folder of the machine's cache kept per call (`folder_for`: the same call is built once per machine);
+  a folder of the machine's cache kept per call (`folder_for`: the same call is built once per machine); `cuda.cu`
+  reads torch/types.h where the sources include the whole C++ frontend and need none of it (`lean_cuda_cu`: half
+  of nvcc's time), as written where that does not compile;
 - `install` (child.py, before model_new.py is imported) puts a `load_inline` in torch's place that imports the
   handed-in module whose key the call's own arguments hash to, and refuses any other call: a module is only ever
   used for the sources it was built from, and nothing is compiled after the link audit read what was built.
@@ -22,7 +24,7 @@ ptxas switches, the CUDA libraries): a candidate's `-fplugin=`, `-B`, `-ccbin`, 
 in the build, so a call with any other flag is refused. Extra include folders must lie in the toolchain, Python's
 packages or CUDA (the build's view holds nothing else).
 
-One module of about 490 lines: reading a call, building it and serving it in the candidate's process agree on one
+One module of about 520 lines: reading a call, building it and serving it in the candidate's process agree on one
 key (InlineSpec.key), kept side by side so that they cannot drift apart.
 """
 
