@@ -1,8 +1,8 @@
 """The trusted evaluator: static audits, build, trials in a child process, honest timing, verdict.
 
-    audit ┬ task check (this thread: the task's deadline is an alarm) ─────────────┬ link audit ─ child: load,
-          ├ baselines prepared, then timed once the check is over (no candidate process) ┤ trials (verify.py), timing
-          └ build, link-audit calibration, the fork server's import (overlap.py) ─────┘ (profile.py), tampering, tier
+    audit ┬ task check ─ baselines, peaks, task cost (this thread; no candidate process exists) ┬ link audit ─
+          └ build, link-audit calibration, the fork server's import (threads: overlap.py) ──────┘ child: load,
+      trials (verify.py), timing and its checks (profile.py), tampering check, tier
 
 The reference lives only here, in the parent: fresh secret seeds for weights and inputs every evaluation, its
 outputs computed here, after the candidate's, and never sent anywhere; this process is non-dumpable. Candidate code
@@ -343,39 +343,27 @@ class Evaluator:
             jobs["fork_server"] = Beside(
                 "fork_server", lambda: self._fork_server().wait_ready(), timeline, everywhere, quiet
             )
-        checked, check_failed = threading.Event(), []
 
-        def before_measuring():  # the device's clean measurements wait for what ran beside their preparation
-            checked.wait()
-            if check_failed:
-                raise TaskError("the task's check failed; nothing is measured")
+        def before_measuring():  # the device's clean measurements wait for the fork server's import to end
             if "fork_server" in jobs:
                 jobs["fork_server"].result()
 
-        if timing:  # clean baselines: prepared beside the task check; no candidate process exists while timed
-            jobs["baselines"] = Beside(
-                "baselines", lambda: self._prepare_timing(before_measuring), timeline, everywhere, quiet
-            )
         try:
+            # The task's check first, in this thread: its deadline is an alarm (the main thread's), and the
+            # baselines' preparation runs task code in this process too (its sizes, on the meta device).
             self._phase("checking the task with null candidates")
-            try:  # in this thread: the task's deadline (an alarm) works only here
-                with timeline.span("task_check"):
-                    self._check_task(v)
-            except BaseException:
-                check_failed.append(True)
-                raise
-            finally:
-                checked.set()
+            with timeline.span("task_check"):
+                self._check_task(v)
             v.seconds["task_check"] = _length(timeline, "task_check")
             if self._validated_alone:
                 v.notes.append(
                     f"the task's check ran out of device memory while other work shared the device "
                     f"({self._validated_alone}); it was checked again with the device alone"
                 )
-            if timing:
-                if not jobs["baselines"].done():
-                    self._phase("measuring eager and torch.compile (once per task and machine)")
-                jobs["baselines"].result()
+            if timing:  # clean baselines: no candidate process may exist while they are measured
+                self._phase("measuring eager and torch.compile (once per task and machine)")
+                with timeline.span("baselines"):
+                    self._prepare_timing(before_measuring)
                 v.seconds["baselines"] = _length(timeline, "baselines")
             quiet.set()
             child = self._candidate_process()  # creates its CUDA context and sets its profiler up during the build

@@ -102,7 +102,7 @@ def test_a_cpu_devices_baselines_are_measured_with_nothing_compiling(tmp_path, m
     spans = v.timeline
     assert "baselines" in spans, (spans, v.summary())
     assert spans["build"][0] >= spans["baselines"][1], spans
-    assert _overlap(spans["task_check"], spans["baselines"]), spans  # the check runs beside their preparation
+    assert spans["baselines"][0] >= spans["task_check"][1], spans  # task code runs here only once it is checked
 
 
 @pytest.mark.slow  # builds a load_inline extension
@@ -185,3 +185,39 @@ def test_doctor_prepare_makes_the_machines_facts_once(tmp_path, monkeypatch):
     assert build_workspace(ws, resolve_device("cpu")).ok
     misses = list((cache / "pch").glob("*/misses"))
     assert len(misses) == 2 and all(m.read_text() == "1\n" for m in misses), misses
+
+
+@pytest.mark.slow  # waits out the task's deadline
+def test_a_task_that_hangs_its_check_ends_the_evaluation_and_the_baselines_beside_it(tmp_path):
+    """The check keeps the task's deadline (an alarm: the main thread's) and comes before the baselines, whose
+    preparation runs the task's forward in this process too (its sizes, on the meta device), where nothing could
+    stop it: a first version that prepared them beside the check hung here."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.agent.episodes import REPO, TASK
+
+    path = tmp_path / "hangs.py"
+    path.write_text(TASK.replace("return self.alpha * a + b", "import time; time.sleep(10_000)"))
+    script = f"""
+from cudagent.device.info import resolve_device
+from cudagent.errors import TaskError
+from cudagent.evaluator import EvalOptions, Evaluator
+from cudagent.task import load_task
+from cudagent.workspace import resolve_candidate, workspace_for
+from pathlib import Path
+task = load_task(Path({str(path)!r}))
+ws = workspace_for(resolve_candidate(Path({str(REPO / "examples" / "solutions" / "cpu" / "axpby")!r})), task.source)
+with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=True)) as evaluator:
+    try:
+        evaluator.evaluate(ws)
+    except TaskError as exc:
+        print("TaskError:", exc)
+"""
+    env = {**os.environ, "CUDAGENT_CACHE_DIR": str(seeded_cache(tmp_path / "cache")), "CUDAGENT_TASK_TIMEOUT_S": "4"}
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=240)
+    assert "TaskError:" in done.stdout and "did not load and run within 4 s" in done.stdout, done.stdout + done.stderr
+    assert time.monotonic() - start < 120
