@@ -399,15 +399,15 @@ class Evaluator:
                     self._phase("sampling where forward's CPU time goes")
                     self._attribute(child, handin, v)
             timeline.end("verify")
-            v.seconds["verify"] = round(time.monotonic() - t1, 3)
+            v.seconds["verify"] = _length(timeline, "verify")
             if v.correct and timing and ref is not None:
                 self._phase("timing the candidate")
-                t1 = time.monotonic()
-                profiler = self._profiler()
-                self.baselines.wait_warm()  # before the device is held alone: the warming thread shares it
-                with device_share(exclusive=True), timeline.span("timing"):
-                    profiler.run(child, ref, runner.ext, v)
-                v.seconds["timing"] = round(time.monotonic() - t1, 3)
+                with timeline.span("timing"):
+                    profiler = self._profiler()
+                    self.baselines.wait_warm()  # before the device is held alone: the warming thread shares it
+                    with device_share(exclusive=True):
+                        profiler.run(child, ref, runner.ext, v)
+                v.seconds["timing"] = _length(timeline, "timing")
         except ChildFailure as f:
             v.reject(f.code, f.message + _tail(f.output))
         finally:

@@ -55,6 +55,16 @@ def write_task(directory: Path, name: str = "axpby_small.py") -> Path:
     return path
 
 
+def axpby_workspace(tmp_path: Path):
+    """(task, workspace): the small axpby task and a workspace holding the CPU example's solution (tests that time
+    nothing, or little)."""
+    from cudagent.task import load_task
+    from cudagent.workspace import resolve_candidate, workspace_for
+
+    task = load_task(write_task(tmp_path / "task"))
+    return task, workspace_for(resolve_candidate(REPO / "examples" / "solutions" / "cpu" / "axpby"), task.source)
+
+
 def cli_env(home: Path, server_url: str | None) -> dict:
     env = dict(os.environ)
     env["CUDAGENT_HOME"] = str(home)

@@ -10,20 +10,12 @@ import threading
 import pytest
 
 from cudagent.evaluator.overlap import RESERVED_CORES, Beside, Timeline, room_beside_measurement
+from tests.agent.episodes import axpby_workspace
 from tests.caches import seeded_cache
 
 
 def _overlap(a: list[float], b: list[float]) -> bool:
     return a[0] < b[1] and b[0] < a[1]
-
-
-def _axpby(tmp_path):
-    from cudagent.task import load_task
-    from cudagent.workspace import resolve_candidate, workspace_for
-    from tests.agent.episodes import REPO, write_task
-
-    task = load_task(write_task(tmp_path / "task"))  # axpby on small vectors
-    return task, workspace_for(resolve_candidate(REPO / "examples" / "solutions" / "cpu" / "axpby"), task.source)
 
 
 def test_where_a_compile_may_run_while_a_clean_measurement_is_left():
@@ -56,7 +48,7 @@ def test_the_build_runs_beside_the_task_check(tmp_path):
     from cudagent.device.info import resolve_device
     from cudagent.evaluator import EvalOptions, Evaluator
 
-    task, ws = _axpby(tmp_path)
+    task, ws = axpby_workspace(tmp_path)
     with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=False)) as evaluator:
         v = evaluator.evaluate(ws)
     assert v.correct, v.summary()
@@ -76,7 +68,7 @@ def test_the_link_audits_calibration_is_made_beside_the_first_evaluation(tmp_pat
 
     shutil.rmtree(cache / "link-baseline", ignore_errors=True)
     monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(cache))
-    task, ws = _axpby(tmp_path)
+    task, ws = axpby_workspace(tmp_path)
     with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=False)) as evaluator:
         v = evaluator.evaluate(ws)
         assert v.correct, v.summary()
@@ -95,7 +87,7 @@ def test_a_cpu_devices_baselines_are_measured_with_nothing_compiling(tmp_path, m
     from cudagent.evaluator.timing.measure import Plan
 
     monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(seeded_cache(tmp_path / "cache")))
-    task, ws = _axpby(tmp_path)
+    task, ws = axpby_workspace(tmp_path)
     plan = Plan(min_samples=5, min_seconds=0.05, max_seconds=1.0, warmup_calls=2)
     with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=True, plan=plan)) as evaluator:
         v = evaluator.evaluate(ws)

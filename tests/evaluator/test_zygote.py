@@ -13,6 +13,7 @@ import pytest
 
 from cudagent.evaluator.jail.process import ChildFailure, ChildProcess, child_env
 from cudagent.evaluator.jail.zygote import Zygote
+from tests.agent.episodes import axpby_workspace
 
 PROBE = """import os, sys
 print("home=" + os.environ["HOME"], "sid=" + str(os.getsid(0) == os.getpid()), "tmp=" + os.environ.get("MARK", ""))
@@ -124,15 +125,6 @@ def test_the_next_evaluation_runs_in_the_spare_process(tmp_path):
     assert not evaluator._spares and not newer.alive()
 
 
-def _axpby(tmp_path):
-    from cudagent.task import load_task
-    from cudagent.workspace import resolve_candidate, workspace_for
-    from tests.agent.episodes import REPO, write_task
-
-    task = load_task(write_task(tmp_path / "task"))  # axpby on small vectors: these tests time nothing
-    return task, workspace_for(resolve_candidate(REPO / "examples" / "solutions" / "cpu" / "axpby"), task.source)
-
-
 @pytest.mark.slow  # more than a few seconds (the inner loop leaves it out)
 def test_with_nothing_to_measure_alone_the_candidates_process_starts_before_the_task_check(tmp_path, monkeypatch):
     """The fork server's import and the candidate process's start overlap the task check and the build; the
@@ -140,7 +132,7 @@ def test_with_nothing_to_measure_alone_the_candidates_process_starts_before_the_
     from cudagent.device.info import resolve_device
     from cudagent.evaluator import EvalOptions, Evaluator
 
-    task, ws = _axpby(tmp_path)
+    task, ws = axpby_workspace(tmp_path)
     seen = []
     validate = Evaluator.validate
     monkeypatch.setattr(Evaluator, "validate", lambda self: (seen.append(self._starting), validate(self)))
@@ -157,7 +149,7 @@ def test_with_baselines_to_measure_nothing_starts_before_them(tmp_path, monkeypa
     from cudagent.evaluator import EvalOptions, Evaluator
 
     monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(tmp_path / "empty-cache"))
-    task, ws = _axpby(tmp_path)
+    task, ws = axpby_workspace(tmp_path)
     with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=True)) as evaluator:
         evaluator._start_early(timing=True)
         assert evaluator._starting is None and evaluator._zygote is None

@@ -102,15 +102,12 @@ class ReferenceWorker:
     def __init__(self, task: Task, device: DeviceInfo, compile_mode: str | None):
         self.task, self.device, self.compile_mode = task, device, compile_mode
         self.child: ChildProcess | None = None
-        self._loading: ChildProcess | None = None  # started, the reference not loaded yet (close() ends it too)
 
     def _started(self) -> ChildProcess:
         if self.child is None:
             # CUDA and the profiler set up at start, while the reference loads and compiles: the profiler's first
             # session costs seconds, which would otherwise fall inside the kernel breakdown, on the device alone
-            child = self._loading = ChildProcess(
-                extra_env=compile_cache_env(), device=self.device.kind, warm_profiler=True
-            )
+            child = ChildProcess(extra_env=compile_cache_env(), device=self.device.kind, warm_profiler=True)
             child.start()
             base = {"name": self.task.name, "source": self.task.source, "device": self.device.kind}
             seeds = [secrets.randbits(62) for _ in range(INPUT_SETS)]
@@ -121,15 +118,11 @@ class ReferenceWorker:
                 ),
                 ({"op": "reference_sets", "seeds": seeds, "device": self.device.kind}, "drawing inputs"),
             ):
-                try:
-                    reply = child.request(msg, timeout_s=WORKER_TIMEOUT_S, what=what)
-                except ChildFailure as exc:
-                    child.close()
-                    raise BaselineError(f"the reference could not be prepared ({what}): {exc.message}") from exc
+                reply = child.request(msg, timeout_s=WORKER_TIMEOUT_S, what=what)
                 if not reply.get("ok", False):
                     child.close()
                     raise BaselineError(f"the reference could not be prepared ({what}): {_first(reply)}")
-            self.child, self._loading = child, None
+            self.child = child
         return self.child
 
     def prepare(self, target: str) -> None:
@@ -156,11 +149,9 @@ class ReferenceWorker:
         return reply
 
     def close(self) -> None:
-        """End the worker, from any thread: a request waiting on it fails at once."""
-        for child in (self.child, self._loading):
-            if child is not None:
-                child.close()
-        self.child = self._loading = None
+        if self.child is not None:
+            self.child.close()
+            self.child = None
 
 
 class Baselines:
