@@ -223,6 +223,45 @@ def test_r2_help_shows_its_placeholders_and_whole_variable_names_in_a_plain_log(
     assert "$CUDAGENT_EVALUATOR_TOKEN" in shown["optimize"] and "…" not in shown["optimize"]
 
 
+def test_r2_help_at_an_80_column_terminal_folds_long_names_rather_than_cutting_them():
+    """At 80 columns an option's help column is about 20 wide: rich cut `$CUDAGENT_EVALUATOR_TOKEN` with an
+    ellipsis there. $COLUMNS stands for the terminal's width."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore", COLUMNS="80")
+    env.pop("TERMINAL_WIDTH", None)
+    done = subprocess.run([sys.executable, "-m", "cudagent", "optimize", "--help"], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in done.stdout
+    joined = "".join(line.strip("│ ").strip() for line in lines)
+    assert "$CUDAGENT_EVALUATOR_TOKEN" in joined and "CUDAGENT_EVALUATOR_URL]" in joined
+
+
+def test_r2_tables_at_80_columns_split_no_word_and_say_what_they_left_out(monkeypatch, capsys):
+    """`hotspots --regions` at 80 columns printed `scaled_dot_pro` / `duct_attention`, `runs` split `block_f c2`."""
+    from cudagent.cli.output import print_table
+
+    rows = [
+        ["#", "region", "operators", "alike", "share", "ms/call", "fusion saves"],
+        ["1", "blocks.0.{fc1}", "linear + gelu", "2", "42.9%", "5.9925", "8.0 MB"],
+        ["5", "blocks.0.attention_block", "scaled_dot_product_attention", "2", "6.8%", "0.9460", "2.0 MB"],
+    ]
+    monkeypatch.setenv("COLUMNS", "80")
+    print_table(rows, "fusion regions", optional=("operators", "ms/call", "alike", "fusion saves"))
+    out, err = capsys.readouterr()
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "scaled_dot_product_attention" in out and "blocks.0.attention_block" in out, out
+    assert "fusion saves" not in out and "fusion saves" in err.split("left out: ")[1] and "operators" in out
+    monkeypatch.setenv("COLUMNS", "160")
+    print_table(rows, "fusion regions", optional=("operators", "ms/call", "alike", "fusion saves"))
+    out, err = capsys.readouterr()
+    assert "fusion saves" in out and err == ""
+    monkeypatch.setenv("COLUMNS", "30")  # nothing left to leave out: words are folded, never cut
+    print_table([["run", "state"], ["softmax-20261126-101010-abcdef", "done"]])
+    out, _ = capsys.readouterr()
+    pieces = [line.strip("│ ").split(" │")[0] for line in out.splitlines()[3:5]]
+    assert "…" not in out and "".join(pieces) == "softmax-20261126-101010-abcdef", out
+
+
 def test_r2_log_and_show_write_values_as_a_person_reads_them():
     """`cudagent log` showed 0.0 s for turns whose model took two minutes (only the tools were counted), and
     `cudagent show` printed `share: 0.6022651625085429`."""

@@ -22,16 +22,53 @@ if hasattr(typer.core.TyperOption, "display_type_rich"):  # typer 0.20 and later
 
 
 def _plain_help_width() -> None:
-    """Help written to a pipe or a file (no terminal) is rendered 160 columns wide: at rich's 80 a panel cuts an
-    environment variable's name to `$CUDAGENT_EVALUATO…`. Only when help is asked for (rich is imported for it)."""
+    """Help written to a pipe or a file (no terminal) is rendered 160 columns wide (unless $COLUMNS says a width):
+    at rich's 80 a panel cut an environment variable's name to `$CUDAGENT_EVALUATO…`. At any width an option's help
+    folds a word too long for its column. Only when help is asked for (rich is imported for it)."""
+    import os
     import sys
 
-    if sys.stdout.isatty() or not ({"--help", "-h"} & set(sys.argv) or len(sys.argv) <= 1):
+    if not ({"--help", "-h"} & set(sys.argv) or len(sys.argv) <= 1):
         return
     import typer.rich_utils
 
-    if typer.rich_utils.MAX_WIDTH is None:
+    _fold_option_help(typer.rich_utils)
+    if not sys.stdout.isatty() and typer.rich_utils.MAX_WIDTH is None and not os.environ.get("COLUMNS"):
         typer.rich_utils.MAX_WIDTH = 160
+
+
+class _Folded:
+    """An option's help whose words longer than its column are folded onto the next line, not cut with an ellipsis
+    (an 80-column terminal leaves the help column about 20 wide: `$CUDAGENT_EVALUATOR_TOKEN` would lose its end)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __rich_console__(self, console, options):
+        yield from console.render(self.inner, options.update(overflow="fold"))
+
+    def __rich_measure__(self, console, options):
+        from rich.measure import Measurement
+
+        return Measurement.get(console, options, self.inner)
+
+
+def _fold_option_help(rich_utils) -> None:
+    original = getattr(rich_utils, "_get_parameter_help", None)
+    if original is None or getattr(original, "folded", False):
+        return
+
+    def folded(*args, **kwargs):
+        help = original(*args, **kwargs)  # rich Columns: its cells crop with an ellipsis whatever the options say
+        parts = getattr(help, "renderables", None)
+        if parts is None:
+            return _Folded(help)
+        from rich.console import Group
+
+        return _Folded(Group(*parts))
+
+    folded.folded = True
+    rich_utils._get_parameter_help = folded
 
 
 _plain_help_width()

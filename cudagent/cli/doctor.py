@@ -36,19 +36,15 @@ def doctor(
     if as_json:
         typer.echo(json.dumps({"ok": all(c["ok"] or not c["needed"] for c in checks), "checks": checks}))
     else:
-        from rich.table import Table
+        from cudagent.cli.output import print_table
 
-        from cudagent.cli.output import console
-
-        table = Table(title="cudagent doctor")
-        for col in ("check", "status", "detail"):
-            table.add_column(col)
+        table = [["check", "status", "detail"]]
         for c in checks:
             status = (
                 "[green]ok[/green]" if c["ok"] else ("[red]missing[/red]" if c["needed"] else "[yellow]no[/yellow]")
             )
-            table.add_row(c["name"], status, c["detail"])
-        console().print(table)
+            table.append([c["name"], status, c["detail"]])
+        print_table(table, "cudagent doctor")
     raise typer.Exit(int(ExitCode.OK if all(c["ok"] or not c["needed"] for c in checks) else ExitCode.ENVIRONMENT))
 
 

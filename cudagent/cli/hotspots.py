@@ -115,16 +115,10 @@ def _regions(user, model, args, kwargs, device: str, top: int, tasks: int, out: 
     if as_json:
         typer.echo(json.dumps({**record, "directory": str(directory)}))
     else:
-        from rich.table import Table
+        from cudagent.cli.output import print_table
 
-        from cudagent.cli.output import console
-
-        table = Table(title=f"fusion regions of {user.name} on {device} ({report.dtype}, {user.inputs.text()})")
-        for col in rows[0]:
-            table.add_column(col, overflow="fold")
-        for r in rows[1:]:
-            table.add_row(*r)
-        console().print(table)
+        title = f"fusion regions of {user.name} on {device} ({report.dtype}, {user.inputs.text()})"
+        print_table(rows, title, optional=("operators", "ms/call", "alike", "fusion saves"))
         for k in report.kinds[:tasks]:
             said = f"task {k.task}" if k.task else f"no task: {k.reason}"
             typer.echo(f"region {k.first.name} ({100 * k.share:.1f}%): {said}", err=True)
@@ -133,18 +127,10 @@ def _regions(user, model, args, kwargs, device: str, top: int, tasks: int, out: 
 
 
 def _print(found, user, top: int, directory: Path) -> None:
-    from rich.table import Table
+    from cudagent.cli.output import print_table
 
-    from cudagent.cli.output import console
-
-    rows = found.table(top)
-    table = Table(title=f"{user.name} on {found.device}: {found.wall_ms:.3f} ms a call ({user.inputs.text()})")
-    for col in rows[0]:
-        table.add_column(col, overflow="fold")
-    for row in rows[1:]:
-        table.add_row(*row)
-    out = console()
-    out.print(table)
+    title = f"{user.name} on {found.device}: {found.wall_ms:.3f} ms a call ({user.inputs.text()})"
+    print_table(found.table(top), title, optional=("kind", "shapes", "calls", "dtypes"))
     for note in user.notes:
         typer.echo(f"note: {note}", err=True)
     typer.echo(f"saved in {directory}", err=True)

@@ -38,19 +38,13 @@ def runs(as_json: bool = typer.Option(False, "--json", help="Print one JSON obje
     if not rows:
         typer.echo(f"no runs under {root} yet; start one with `cudagent optimize TASK`", err=True)
         return
-    from rich.table import Table
+    from cudagent.cli.output import print_table
 
-    from cudagent.cli.output import console
-
-    # a run id is never cut (it is what log/show/export take); the other columns wrap
-    table = Table()
-    table.add_column("run", no_wrap=True, min_width=max(len(r["run_id"]) for r in rows))
-    for col in ("task", "model", "turns", "state", "best"):
-        table.add_column(col, overflow="fold")
+    table = [["run", "task", "model", "turns", "state", "best"]]
     for r in rows:
         model = Path(r["model"]).name if r["model"] and "/" in r["model"] else r["model"]
-        table.add_row(r["run_id"], r["task"], model or "?", str(r["turns"]), r["state"], _best_cell(r["best"]))
-    console().print(table)
+        table.append([r["run_id"], r["task"], model or "?", str(r["turns"]), r["state"], _best_cell(r["best"])])
+    print_table(table, optional=("best", "model", "turns"))  # a run id is never cut: log/show/export take it
 
 
 @app.command(epilog="Example:\n\n  cudagent log last")
@@ -361,19 +355,13 @@ def _spots_cell(spots: list[dict]) -> str:
 
 
 def _print_model_runs(rows: list[dict]) -> None:
-    from rich.table import Table
+    from cudagent.cli.output import print_table
 
-    from cudagent.cli.output import console
-
-    table = Table(title="model runs (each spot is an episode run below)")
-    table.add_column("model run", no_wrap=True, min_width=max(len(r["run_id"]) for r in rows))
-    for col in ("model", "spots", "state", "end to end"):
-        table.add_column(col, overflow="fold")
+    table = [["model run", "model", "spots", "state", "end to end"]]
     for r in rows:
         e2e = f"{r['speedup_vs_eager']:.2f}x eager" if r["speedup_vs_eager"] else "-"
-        spots = _spots_cell(r["spots"])
-        table.add_row(r["run_id"], r["model"], spots, r["state"] or "?", e2e)
-    console().print(table)
+        table.append([r["run_id"], r["model"], _spots_cell(r["spots"]), r["state"] or "?", e2e])
+    print_table(table, "model runs (each spot is an episode run below)", optional=("model",))
 
 
 def _log_model_run(path: Path, as_json: bool) -> None:

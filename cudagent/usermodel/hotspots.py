@@ -104,7 +104,13 @@ def profile_user_model(user, model, args: list, kwargs: dict, device: str, itera
 
 def find_hotspots(model, args: list, kwargs: dict, device: str, name: str, iterations: int = 5, warmup: int = 2):
     """Profile `iterations` calls of model(*args, **kwargs) on `device` (after `warmup` calls) and rank the spots."""
+    import os
+
     import torch
+
+    # kineto prints its own start and stop lines ("USDT: ... profiler_start") on stderr at every level but this,
+    # read when the profiler first starts; a user who wants them sets the variable
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     from torch.profiler import ProfilerActivity, profile, record_function
 
     cuda = device.startswith("cuda")
