@@ -96,6 +96,7 @@ def test_restores_fixed_files_before_building(tmp_path, cpu):
     assert result.ok and result.restored == ["binding.cpp"]
 
 
+@pytest.mark.slow  # a real compile of the workspace (20-30 s on two cores)
 def test_compile_errors_are_cut_to_file_and_line(tmp_path, cpu):
     ws = make(tmp_path)
     (ws.kernels_dir / "bad.cpp").write_text(
