@@ -36,7 +36,7 @@ def cache_dir() -> Path:
     root = os.environ.get("CUDAGENT_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cudagent"
     )
-    path = Path(root)
+    path = Path(root).resolve()  # a relative path or `..` would not survive a chdir, nor the jail's own view
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -43,4 +43,4 @@ class Settings:
             from cudagent.errors import CudagentError
 
             raise CudagentError(f"CUDAGENT_CONFINE={confine!r} is not a level; use strict, best-effort or off")
-        return cls(Path(home), env.get("CUDAGENT_FORK_SERVER") != "0", prices, confine)
+        return cls(Path(home).resolve(), env.get("CUDAGENT_FORK_SERVER") != "0", prices, confine)

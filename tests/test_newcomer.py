@@ -315,6 +315,25 @@ def test_r2_a_mistyped_path_or_input_spec_is_refused_before_torch_is_imported():
         assert len(said) == 1 and ("does not exist" in said[0] or "an empty dimension" in said[0]), (argv, said)
 
 
+def test_r2_no_model_server_configured_is_said_before_anything_is_loaded():
+    """With no server configured, `optimize` loaded the model (torch: seconds) before saying so. Now the address
+    is resolved first, for a task and for a model of one's own: one sentence, exit 3, torch never imported."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    env.pop("OPENAI_BASE_URL", None)
+    for argv in (
+        ["optimize", str(ROOT / "examples" / "tasks" / "softmax.py"), "--device", "cpu"],
+        ["optimize", f"{ROOT / 'examples' / 'models' / 'block.py'}:Stack", "--inputs", "x=f32[8,64,256]"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "cudagent", *argv], capture_output=True, text=True, env=env
+        )
+        assert done.returncode == 3, (argv, done.stderr[-500:])
+        imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")}
+        assert "torch" not in imported, argv
+        said = [line for line in done.stderr.splitlines() if line.startswith("cudagent: ")]
+        assert len(said) == 1 and said[0].startswith("cudagent: no model server configured"), said
+
+
 def test_r2_check_tells_each_phase_in_a_plain_log_too(capsys):
     """`cudagent check` with timing printed nothing for 3.5 minutes when its stderr was not a terminal."""
     from cudagent.cli.check import _status
@@ -381,3 +400,18 @@ def test_r2_a_failed_gguf_conversion_leaves_nothing_half_made(tmp_path, monkeypa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf"]  # no smollm2/, no smollm2.partial/
     with pytest.raises(FileNotFoundError, match="give the path of a .gguf model file"):
         gguf_to_hf(tmp_path / "missing.gguf", tmp_path / "out")
+
+
+def test_r2_a_cache_or_home_given_with_dots_or_relative_is_used_as_the_folder_it_names(tmp_path, monkeypatch):
+    """The README's test command left CUDAGENT_CACHE_DIR to the tests' `tests/../.test-cache`: inside the build's
+    jail, where only the scratch is mounted, `tests/..` does not exist, and every jailed build failed with bwrap's
+    "Can't chdir". A relative path broke the same way after a chdir. Both are resolved where they are read."""
+    from cudagent.resources import cache_dir
+    from cudagent.settings import Settings
+
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CUDAGENT_CACHE_DIR", "sub/../cache")
+    assert cache_dir() == tmp_path.resolve() / "cache" and cache_dir().is_dir()
+    home = Settings.from_env({"CUDAGENT_HOME": "sub/../home"}).home
+    assert home == tmp_path.resolve() / "home"

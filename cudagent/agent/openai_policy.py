@@ -58,10 +58,7 @@ class OpenAIChatPolicy:
     ):
         import openai
 
-        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or ""
-        if not self.base_url:  # never a silent default: a hosted API is a choice, and it costs money
-            raise EnvironmentProblem(NO_SERVER)
-        check_base_url(self.base_url, "--base-url" if base_url else "OPENAI_BASE_URL")
+        self.base_url = server_address(base_url)
         self.on_retry = on_retry  # told, in one line, of every retry as it happens
         self._preparing = False
         key = api_key or os.environ.get("OPENAI_API_KEY") or "none"  # local servers take any key
@@ -323,6 +320,16 @@ NO_SERVER = (
     "no model server configured: set OPENAI_BASE_URL or pass --base-url (a local vLLM or llama.cpp server: "
     "http://localhost:8000/v1; OpenAI's API: https://api.openai.com/v1)"
 )
+
+
+def server_address(base_url: str | None) -> str:
+    """The model server's address: --base-url, else $OPENAI_BASE_URL; never a silent default (a hosted API is a
+    choice, and it costs money). Needs nothing imported, so a command can say so before it loads anything."""
+    address = base_url or os.environ.get("OPENAI_BASE_URL") or ""
+    if not address:
+        raise EnvironmentProblem(NO_SERVER)
+    check_base_url(address, "--base-url" if base_url else "OPENAI_BASE_URL")
+    return address
 
 
 def check_base_url(url: str, where: str) -> None:

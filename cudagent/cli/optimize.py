@@ -172,6 +172,7 @@ def optimize(
     """Run the agent on a task: it writes kernels, compiles, verifies and profiles them, and commits every turn to
     the branch cudagent/RUN-ID; the best verified kernel is tagged cudagent/RUN-ID/best."""
     from cudagent.agent.episode import EpisodeLimits
+    from cudagent.agent.openai_policy import server_address
     from cudagent.agent.runner import PolicySettings, RunOptions, open_run, resume_run, start_run
     from cudagent.agent.ui import reporter_for
     from cudagent.settings import Settings
@@ -240,6 +241,7 @@ def optimize(
             from cudagent.agent.runner import reach_server
             from cudagent.usermodel.modelrun import ModelRequest, optimize_model
 
+            server_address(base_url)  # no server configured: said before the model is loaded (torch: seconds)
             request = ModelRequest(
                 task, module, inputs, init, _text(example), _text(hf), top, keep_slower, by, mode, dtype
             )
@@ -274,6 +276,7 @@ def optimize(
                 )
                 summary = start_token_run(task, token, options, reporter)
             else:
+                server_address(base_url)  # before the task is loaded and the evaluator started
                 summary = start_run(task, settings, options, reporter)
     except KeyboardInterrupt:
         reporter.close()
