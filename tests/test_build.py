@@ -104,7 +104,7 @@ def test_compile_errors_are_cut_to_file_and_line(tmp_path, cpu):
     )
     result = build_workspace(ws, cpu)
     assert not result.ok
-    assert result.errors.startswith("1 compiler error(s)")
+    assert result.errors.startswith("1 compiler error;")
     assert "kernels/bad.cpp:3:" in result.errors and "undefined_name" in result.errors
     assert str(ws.root) not in result.errors and len(result.errors) < 2000
     assert len(result.log) > len(result.errors)

@@ -228,7 +228,9 @@ def test_r2_help_at_an_80_column_terminal_folds_long_names_rather_than_cutting_t
     ellipsis there. $COLUMNS stands for the terminal's width."""
     env = dict(os.environ, PYTHONWARNINGS="ignore", COLUMNS="80")
     env.pop("TERMINAL_WIDTH", None)
-    done = subprocess.run([sys.executable, "-m", "cudagent", "optimize", "--help"], capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "cudagent", "optimize", "--help"], capture_output=True, text=True, env=env
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80 and "…" not in done.stdout
@@ -415,3 +417,21 @@ def test_r2_a_cache_or_home_given_with_dots_or_relative_is_used_as_the_folder_it
     assert cache_dir() == tmp_path.resolve() / "cache" and cache_dir().is_dir()
     home = Settings.from_env({"CUDAGENT_HOME": "sub/../home"}).home
     assert home == tmp_path.resolve() / "home"
+
+
+def test_r2_counts_are_written_in_words_a_person_reads():
+    """`2 place(s)`, `1 kernel(s) applied`: a count and its noun agree everywhere a person reads them."""
+    import re
+
+    from cudagent.text import counted
+
+    assert [counted(n, "kernel") for n in (0, 1, 2)] == ["0 kernels", "1 kernel", "2 kernels"]
+    assert counted(2, "graph break") == "2 graph breaks" and counted(3, "child", "children") == "3 children"
+    placeholder_then_noun_s = re.compile(r"\{[^{}]+\} [\w ]+\(s\)")
+    found = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in (ROOT / "cudagent").rglob("*.py")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if placeholder_then_noun_s.search(line)
+    ]
+    assert not found, found

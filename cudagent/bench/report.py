@@ -18,6 +18,7 @@ import math
 from pathlib import Path
 
 from cudagent.png import speedup_plot
+from cudagent.text import counted
 
 BASELINES = ("eager", "compile")
 FAILURE_SPEEDUP = 1.0
@@ -149,8 +150,9 @@ def markdown(report: dict) -> str:
     if report.get("wall_s") is not None:
         runs = report.get("invocations") or []
         lines.append(
-            f"Wall time: {report['wall_s']:.0f} s in {len(runs)} invocation(s), {report.get('per_gpu', 1)} task(s) "
-            f"at once per GPU; each task's wall time and phases (s) below and in report.json."
+            f"Wall time: {report['wall_s']:.0f} s in {counted(len(runs), 'invocation')}, "
+            f"{counted(report.get('per_gpu', 1), 'task')} at once per GPU; each task's wall time and phases (s) below "
+            "and in report.json."
         )
         lines.append("")
     lines += [

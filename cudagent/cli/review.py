@@ -13,6 +13,7 @@ import typer
 
 from cudagent.cli.app import app
 from cudagent.errors import CudagentError
+from cudagent.text import counted
 
 RUN_ARG = typer.Argument(..., help="A run id (or a unique prefix of one), `last`, or a run directory.")
 
@@ -266,7 +267,7 @@ def ledgers(
     else:
         raise CudagentError(f"{out} should end in .jsonl or .parquet")
     tokens = sum(len(r["response_ids"]) for r in rows)
-    typer.echo(f"wrote {len(rows)} ledger(s), {tokens} response tokens, to {out}", err=True)
+    typer.echo(f"wrote {counted(len(rows), 'ledger')}, {tokens} response tokens, to {out}", err=True)
 
 
 @app.command(
@@ -296,8 +297,8 @@ def prune(
         return
     if not yes:
         if not sys.stdin.isatty():
-            raise CudagentError(f"prune removes {len(refs)} run(s) and their branches; add --yes to confirm")
-        typer.confirm(f"remove {len(refs)} run(s) and their worktrees and branches?", abort=True, err=True)
+            raise CudagentError(f"prune removes {counted(len(refs), 'run')} and their branches; add --yes to confirm")
+        typer.confirm(f"remove {counted(len(refs), 'run')} and their worktrees and branches?", abort=True, err=True)
     import shutil
 
     for ref in refs:

@@ -12,6 +12,7 @@ from cudagent.evaluator.audit.link_audit import LinkedLibrary, kernel_base_name
 from cudagent.evaluator.audit.op_policy import TORCH_NAMESPACES, disallowed, split_op_name
 from cudagent.evaluator.compare import Comparison, Tolerance, compare
 from cudagent.evaluator.verdict import Violation
+from cudagent.text import counted
 
 # Modules a forward call may import (lazily, inside torch); any other import during a call is the candidate's.
 CALL_IMPORTS_ALLOWED = ("torch", "cuda_extension")
@@ -117,8 +118,8 @@ def judge_call(
         found.append(
             Violation(
                 "BACKGROUND_THREAD",
-                f"[{trial}] {reply['python_threads'] - 1} Python thread(s) besides "
-                "the main one are running; threads are not allowed",
+                f"[{trial}] threads are not allowed: {counted(reply['python_threads'] - 1, 'Python thread')} "
+                "besides the main one running",
             )
         )
     if reply.get("reference_imported"):
@@ -142,7 +143,7 @@ def _judge_kernels(
         found.append(
             Violation(
                 "SIDE_STREAM",
-                f"[{trial}] {len(off_stream)} kernel(s) ran on a stream other than the "
+                f"[{trial}] {counted(len(off_stream), 'kernel')} ran on a stream other than the "
                 f"caller's ({_names(off_stream)}); launch on "
                 "c10::cuda::getCurrentCUDAStream()",
             )
@@ -224,7 +225,8 @@ def _judge_ops(reply: dict, trial: str) -> list[Violation]:
         found.append(
             Violation(
                 "HARNESS_TAMPERED",
-                f"[{trial}] {events} op(s) reached a dispatch mode but the op recorder recorded {calls}: its "
+                f"[{trial}] {counted(events, 'op')} reached a dispatch mode but the op recorder recorded {calls}: "
+                "its "
                 "recording was disabled or replaced",
             )
         )

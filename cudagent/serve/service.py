@@ -42,6 +42,7 @@ import cudagent
 from cudagent.errors import CudagentError, EnvironmentProblem
 from cudagent.evaluator.remote import API
 from cudagent.serve.wire import DEFAULT_MAX_BODY_BYTES, WireError
+from cudagent.text import counted
 
 WORKER_START_TIMEOUT_S = 300.0
 
@@ -396,7 +397,7 @@ def serve(config: ServeConfig, announce) -> None:
 
     async def ready(app):
         announce(
-            f"listening on http://{config.host}:{config.port}{API} with {len(service.workers)} worker(s): "
+            f"listening on http://{config.host}:{config.port}{API} with {counted(len(service.workers), 'worker')}: "
             + ", ".join(f"{w.name} ({(w.device or {}).get('name', '?')})" for w in service.workers)
         )
 

@@ -238,7 +238,8 @@ def check_data(stage: str, data: Path) -> None:
     missing = [c for c in RL_COLUMNS if c not in columns]
     if missing:
         raise CudagentError(
-            f"--data {data} lacks the column(s) {', '.join(missing)} (it has {', '.join(columns)}); "
+            f"--data {data} lacks the column{'s' if len(missing) > 1 else ''} {', '.join(missing)} (it has "
+            f"{', '.join(columns)}); "
             "make it with cudagent data export --format verl"
         )
 

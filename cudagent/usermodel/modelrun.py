@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from cudagent.errors import CudagentError, ExitCode
+from cudagent.text import counted
 
 RECORD = "model-run.json"
 
@@ -181,7 +182,8 @@ def optimize_model(request: ModelRequest, user, start_episode, options, say) -> 
             continue
         spot.pop("reason", None)
         say(
-            f"spot {spot['spot']} ({100 * spot['share']:.1f}% of the time, {len(spot['modules'])} place(s)): optimizing"
+            f"spot {spot['spot']} ({100 * spot['share']:.1f}% of the time, {counted(len(spot['modules']), 'place')}): "
+            "optimizing"
         )
         run.save()
         try:
@@ -287,7 +289,7 @@ def put_back(run: ModelRun, request: ModelRequest, options, say) -> dict:
     stem = spot_name(_stem(run.record["model"]))
     suffix = "regions" if run.record.get("by") == "regions" else "kernels"
     package = write_kernels(run.record, spots, run.directory / f"{stem}_{suffix}", force=True)
-    say(f"proving {len(spots)} kernel(s) in the model ({request.mode} mode decides what stays)")
+    say(f"proving {counted(len(spots), 'kernel')} in the model ({request.mode} mode decides what stays)")
     proof = prove_package(package, request, run.record["device"], options.settings.confine, run.directory)
 
     applied = [s for s in spots if s["name"] in proof.get("applied", [])]
@@ -308,7 +310,7 @@ def put_back(run: ModelRun, request: ModelRequest, options, say) -> dict:
         predicted = proof["predicted_speedup_vs_eager"]
         over_compile = timing.get("speedup_vs_compile")
         say(
-            f"put back {len(proof['applied'])} kernel(s): the patched model matches the original"
+            f"put back {counted(len(proof['applied']), 'kernel')}: the patched model matches the original"
             + (f"; {measured:.2f}x over eager measured, {predicted:.2f}x predicted" if measured and predicted else "")
             + (f"; {over_compile:.2f}x over torch.compile" if over_compile else "")
         )

@@ -3,6 +3,8 @@ against what Amdahl's law predicts from the spots."""
 
 from __future__ import annotations
 
+from cudagent.text import counted
+
 
 def amdahl(spots: list[dict], total_ms: float, wall_ms: float) -> float | None:
     """The end-to-end speedup over eager that the spots' own speedups predict: each spot's share of one call's
@@ -78,12 +80,13 @@ def markdown(record: dict, proof: dict) -> str:
             if wide
             else f"matches the original (max abs error {v['max_abs_error']:.3g}; the evaluator's tolerances)"
         )
-        lines += [f"The patched model ({len(proof['applied'])} kernel(s) applied) {how} on {v['inputs']} fresh inputs."]
+        applied = counted(len(proof["applied"]), "kernel")
+        lines += [f"The patched model ({applied} applied) {how} on {v['inputs']} fresh inputs."]
         if "graph_breaks" in proof:
             lines += [
-                f"Its kernels are custom ops in the model's graph: torch.compile traced it in {proof['graphs']} "
-                f"graph(s) with {proof['graph_breaks']} graph break(s); a kind was kept only if the model was faster "
-                f"with it in {proof.get('mode')} mode."
+                f"Its kernels are custom ops in the model's graph: torch.compile traced it in "
+                f"{counted(proof['graphs'], 'graph')} with {counted(proof['graph_breaks'], 'graph break')}; a kind was "
+                f"kept only if the model was faster with it in {proof.get('mode')} mode."
             ]
         lines.append("")
         timing = proof.get("timing") or {}

@@ -279,7 +279,7 @@ def test_baselines_only_side_by_side_with_the_crowded_out_run_alone(tmp_path):
     assert rows["b_crowded"]["retried_alone"] and not rows["a_axpby"].get("retried_alone")
     assert (out / "crowded-out.txt").read_text().split() == ["-/b_crowded"]
     md = (out / "report.md").read_text()
-    assert "References timed alone (--baselines-only): 2 of 2 tasks" in md and "2 task(s) at once per GPU" in md
+    assert "References timed alone (--baselines-only): 2 of 2 tasks" in md and "2 tasks at once per GPU" in md
     again = cudagent([*args, "--resume"], env)
     assert again.returncode == 0, again.stderr[-2000:]
     summary = json.loads(again.stdout.splitlines()[-1])

@@ -632,7 +632,7 @@ def test_the_rft_filter_and_dataset_follow_verls_multi_turn_sft_dataset(tiny_mod
     "args, code, message",
     [
         (["--stage", "nope"], 2, "unknown stage 'nope'"),
-        (["--stage", "agentic", "--data", "NOCOLS"], 2, "lacks the column(s) agent_name, extra_info"),
+        (["--stage", "agentic", "--data", "NOCOLS"], 2, "lacks the columns agent_name, extra_info"),
         (["--stage", "agentic", "--data", "GOOD", "--model", "NOPE"], 2, "no such directory"),
         (["--stage", "agentic", "--data", "GOOD"], 2, "give --evaluator URL"),
         (["--stage", "agentic", "--data", "GOOD", "--evaluator", "http://127.0.0.1:9"], 3, "nothing answers at"),

@@ -33,6 +33,7 @@ from cudagent.evaluator.jail.compiler import build_env, jailed_build
 from cudagent.evaluator.jail.level import Jail
 from cudagent.procs import Limits, physical_memory_bytes, run_bounded
 from cudagent.resources import PACKAGE_DIR, cache_dir
+from cudagent.text import counted
 from cudagent.workspace import EXTENSION_NAME, Workspace
 
 DEFAULT_BUILD_TIMEOUT_S = 600.0
@@ -522,7 +523,7 @@ def summarize_output(output: str, root_prefixes: list[str]) -> str:
     text = "\n".join(picked)
     n_errors = sum(1 for ln in lines if (_GCC_DIAG.match(ln) or _NVCC_DIAG.match(ln)) and "error" in ln)
     if n_errors > 0:
-        text = f"{n_errors} compiler error(s); the first ones:\n" + text
+        text = f"{counted(n_errors, 'compiler error')}; the first ones:\n" + text
     return text[:8000]
 
 

@@ -46,6 +46,8 @@ import stat
 import sys
 from dataclasses import asdict, dataclass, field
 
+from cudagent.text import counted
+
 LEVELS = ("strict", "best-effort", "off")
 DEFAULT_LEVEL = "best-effort"
 EXIT_UNCONFINED = 78  # sysexits' EX_CONFIG: strict confinement was asked for and this machine cannot give it
@@ -264,7 +266,7 @@ def enter(plan: Plan) -> dict:
         return _finish(plan)
     threads = len(os.listdir("/proc/self/task"))
     if threads > 1:  # Landlock binds the calling thread and its future children only
-        notes.append(f"{threads - 1} thread(s) started before confinement are not bound by Landlock")
+        notes.append(f"Landlock does not bind the {counted(threads - 1, 'thread')} started before confinement")
     libc = _libc()
     fs = _landlock(libc, plan, notes)
     if fs:

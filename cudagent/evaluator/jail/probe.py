@@ -19,6 +19,7 @@ import sys
 import cudagent.evaluator.jail.confine as confine
 import cudagent.evaluator.jail.keeper as keeper
 import cudagent.evaluator.jail.privileges as privileges
+from cudagent.text import counted
 
 
 def cuda_starts() -> str | None:
@@ -33,7 +34,7 @@ def cuda_starts() -> str | None:
     count = ctypes.c_int(0)
     result = cuda.cuDeviceGetCount(ctypes.byref(count))
     if result != 0 or count.value < 1:
-        return f"cuDeviceGetCount gave error {result}, {count.value} device(s)"
+        return f"cuDeviceGetCount gave error {result}, {counted(count.value, 'device')}"
     return None
 
 
