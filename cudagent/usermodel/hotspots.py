@@ -105,6 +105,7 @@ def profile_user_model(user, model, args: list, kwargs: dict, device: str, itera
 def find_hotspots(model, args: list, kwargs: dict, device: str, name: str, iterations: int = 5, warmup: int = 2):
     """Profile `iterations` calls of model(*args, **kwargs) on `device` (after `warmup` calls) and rank the spots."""
     import os
+    import warnings
 
     import torch
 
@@ -159,10 +160,12 @@ def find_hotspots(model, args: list, kwargs: dict, device: str, name: str, itera
                 sync()
                 walls.append(time.perf_counter() - start)
             activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-            with profile(activities=activities, record_shapes=True) as prof:
-                for _ in range(iterations):
-                    model(*args, **kwargs)
-                sync()
+            with warnings.catch_warnings():  # torch's note on profiler cycles (one cycle here) is not the user's
+                warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
+                with profile(activities=activities, record_shapes=True) as prof:
+                    for _ in range(iterations):
+                        model(*args, **kwargs)
+                    sync()
     except Exception as exc:  # noqa: BLE001  (the user's forward on these inputs)
         raise ForwardFailed() from exc
     finally:
