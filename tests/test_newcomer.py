@@ -296,6 +296,17 @@ def test_r2_the_verdict_line_says_what_its_tier_means():
     assert render(Verdict()).startswith("REJECTED (tier -1: the reward for a wrong or cheating candidate)")
 
 
+def _said_before_torch(argv: list[str], env: dict, code: int) -> list[str]:
+    """Run `cudagent ARGV`; assert its exit code and that torch was never imported; return its `cudagent:` lines."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "cudagent", *argv], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == code, (argv, done.stderr[-500:])
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")}
+    assert "torch" not in imported, argv
+    return [line for line in done.stderr.splitlines() if line.startswith("cudagent: ")]
+
+
 def test_r2_a_mistyped_path_or_input_spec_is_refused_before_torch_is_imported():
     """A wrong file path cost 4-5 s before its sentence: torch was imported first. The time is the startup
     benchmark's (benchmarks/cli_startup.py); here, what makes it: torch is not imported at all."""
@@ -307,13 +318,7 @@ def test_r2_a_mistyped_path_or_input_spec_is_refused_before_torch_is_imported():
         ["hotspots", "/nonexistent/model.py:Block"],
         ["hotspots", f"{ROOT / 'examples' / 'models' / 'block.py'}:Stack", "--inputs", "x=f32[8,,256]"],
     ):
-        done = subprocess.run(
-            [sys.executable, "-X", "importtime", "-m", "cudagent", *argv], capture_output=True, text=True, env=env
-        )
-        assert done.returncode == 2, (argv, done.stderr[-500:])
-        imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")}
-        assert "torch" not in imported, argv
-        said = [line for line in done.stderr.splitlines() if line.startswith("cudagent: ")]
+        said = _said_before_torch(argv, env, 2)
         assert len(said) == 1 and ("does not exist" in said[0] or "an empty dimension" in said[0]), (argv, said)
 
 
@@ -326,13 +331,7 @@ def test_r2_no_model_server_configured_is_said_before_anything_is_loaded():
         ["optimize", str(ROOT / "examples" / "tasks" / "softmax.py"), "--device", "cpu"],
         ["optimize", f"{ROOT / 'examples' / 'models' / 'block.py'}:Stack", "--inputs", "x=f32[8,64,256]"],
     ):
-        done = subprocess.run(
-            [sys.executable, "-X", "importtime", "-m", "cudagent", *argv], capture_output=True, text=True, env=env
-        )
-        assert done.returncode == 3, (argv, done.stderr[-500:])
-        imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")}
-        assert "torch" not in imported, argv
-        said = [line for line in done.stderr.splitlines() if line.startswith("cudagent: ")]
+        said = _said_before_torch(argv, env, 3)
         assert len(said) == 1 and said[0].startswith("cudagent: no model server configured"), said
 
 
