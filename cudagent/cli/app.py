@@ -21,7 +21,7 @@ if hasattr(typer.core.TyperOption, "display_type_rich"):  # typer 0.20 and later
     typer.core.TyperOption.display_type_rich = _flag_type(typer.core.TyperOption.display_type_rich)
 
 
-def _plain_help_width() -> None:
+def _help_layout() -> None:
     """Help written to a pipe or a file (no terminal) is rendered 160 columns wide (unless $COLUMNS says a width):
     at rich's 80 a panel cut an environment variable's name to `$CUDAGENT_EVALUATO…`. At any width an option's help
     folds a word too long for its column. Only when help is asked for (rich is imported for it)."""
@@ -71,7 +71,7 @@ def _fold_option_help(rich_utils) -> None:
     rich_utils._get_parameter_help = folded
 
 
-_plain_help_width()
+_help_layout()
 
 app = typer.Typer(
     name="cudagent",
