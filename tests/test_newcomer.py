@@ -434,3 +434,15 @@ def test_r2_counts_are_written_in_words_a_person_reads():
         if placeholder_then_noun_s.search(line)
     ]
     assert not found, found
+
+
+def test_r2_a_table_cell_that_looks_like_markup_is_printed_as_written(monkeypatch, capsys):
+    """A spot, task or model named like a rich closing tag crashed the table (MarkupError): cells are data."""
+    from rich.text import Text
+
+    from cudagent.cli.output import print_table
+
+    monkeypatch.setenv("COLUMNS", "80")
+    print_table([["run", "state"], ["[/x] odd[name]", Text.from_markup("[green]ok[/green]")]], "runs of [/y]")
+    out = capsys.readouterr().out
+    assert "[/x] odd[name]" in out and "runs of [/y]" in out and "│ ok" in out, out

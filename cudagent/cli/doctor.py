@@ -36,11 +36,13 @@ def doctor(
     if as_json:
         typer.echo(json.dumps({"ok": all(c["ok"] or not c["needed"] for c in checks), "checks": checks}))
     else:
+        from rich.text import Text
+
         from cudagent.cli.output import print_table
 
         table = [["check", "status", "detail"]]
         for c in checks:
-            status = (
+            status = Text.from_markup(
                 "[green]ok[/green]" if c["ok"] else ("[red]missing[/red]" if c["needed"] else "[yellow]no[/yellow]")
             )
             table.append([c["name"], status, c["detail"]])

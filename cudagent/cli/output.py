@@ -27,26 +27,22 @@ def _width(stream) -> int | None:
     return None if stream.isatty() else PLAIN_WIDTH
 
 
-def print_table(rows: list[list[str]], title: str | None = None, optional: tuple[str, ...] = (), **table) -> None:
-    """Print `rows` (the first is the header; cells may hold rich markup) on stdout. Columns in `optional` (header
-    names, least needed last) are left out, last first, until every column's longest word fits the width; a column
-    is wrapped only between words. Where even the rest cannot fit, words are folded rather than cut."""
+def print_table(rows: list[list], title: str | None = None, optional: tuple[str, ...] = ()) -> None:
+    """Print `rows` (the first is the header) on stdout. A cell is text as written (a spot or run named `[/x]` is
+    data, not markup), or a rich Text where it is styled; so is the title. Columns in `optional` (header names, least
+    needed last) are left out, last first, until every column's longest word fits the width; a column is wrapped
+    only between words. Where even the rest cannot fit, words are folded rather than cut."""
     from rich.table import Table
     from rich.text import Text
 
     out = console()
-    header, body = rows[0], rows[1:]
+    header = rows[0]
+    body = [[c if isinstance(c, Text) else Text(str(c)) for c in r] for r in rows[1:]]
     shown = list(range(len(header)))
     left_out: list[str] = []
 
-    def plain(cell: str) -> str:
-        try:
-            return Text.from_markup(cell).plain
-        except Exception:  # noqa: BLE001  (text that only looks like markup: rich prints it as it is)
-            return cell
-
     def longest_word(j: int) -> int:
-        cells = [header[j]] + [plain(r[j]) for r in body]
+        cells = [header[j]] + [r[j].plain for r in body]
         return max((len(w) for c in cells for w in c.split()), default=1)
 
     def needed(columns: list[int]) -> int:
@@ -58,7 +54,7 @@ def print_table(rows: list[list[str]], title: str | None = None, optional: tuple
         shown.remove(header.index(name))
         left_out.append(name)
     fits = needed(shown) <= out.width
-    t = Table(title=title, **table)
+    t = Table(title=Text(title) if title is not None else None)
     for j in shown:
         t.add_column(header[j], overflow="fold", min_width=longest_word(j) if fits else None)
     for r in body:
