@@ -767,6 +767,7 @@ try:
     supervise([sys.executable, "-c", sys.argv[1], sys.argv[2]], dict(os.environ), Path(sys.argv[2]), StopRule(), 0.1)
 except Exception as exc:  # the supervisor's way of saying it was terminated
     sys.exit(143 if type(exc).__name__ == "Terminated" else 1)
+sys.exit(f"the stage ended by itself (exit {code}) before any signal")  # exit 1, said on stderr
 """
     stand_in = """
 import os, subprocess, sys, time
@@ -795,9 +796,10 @@ from cudagent.train.monitor import StopRule
 from cudagent.train.supervise import supervise
 argv, stop = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 try:
-    supervise(argv, dict(os.environ), Path(sys.argv[3]), StopRule(), 0.1, stop_remote=stop)
+    code, _ = supervise(argv, dict(os.environ), Path(sys.argv[3]), StopRule(), 0.1, stop_remote=stop)
 except Exception as exc:  # the supervisor's way of saying it was terminated
     sys.exit(143 if type(exc).__name__ == "Terminated" else 1)
+sys.exit(f"the stage ended by itself (exit {code}) before any signal")  # exit 1, said on stderr
 """
 
 
@@ -902,10 +904,13 @@ def test_sigterm_stops_a_stage_submitted_to_a_ray_cluster(tmp_path):
                                  capture_output=True, text=True)  # fmt: skip
             return out.stdout + out.stderr
 
+        # Ready means a job can be submitted: the head's job server answers `ray job list` seconds before the
+        # node's job agent takes submissions, and a submission in between fails ("Failed to get head node agent").
         deadline = time.monotonic() + 180
-        while subprocess.run([ray, "job", "list", "--address", address], env=env, capture_output=True).returncode:
-            assert head.poll() is None and time.monotonic() < deadline, "the head node's job server never answered"
-            time.sleep(0.2)
+        ready = [ray, "job", "submit", "--address", address, "--", sys.executable, "-c", "pass"]
+        while subprocess.run(ready, env=env, capture_output=True).returncode:
+            assert head.poll() is None and time.monotonic() < deadline, "the head node never took a job"
+            time.sleep(0.5)
         supervisor = subprocess.Popen([sys.executable, "-c", _SUPERVISOR, json.dumps(job), json.dumps(stop),
                                        str(tmp_path)], env=env)  # fmt: skip
         while "RUNNING" not in status():
