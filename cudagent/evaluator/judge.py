@@ -226,8 +226,7 @@ def _judge_ops(reply: dict, trial: str) -> list[Violation]:
             Violation(
                 "HARNESS_TAMPERED",
                 f"[{trial}] {counted(events, 'op')} reached a dispatch mode but the op recorder recorded {calls}: "
-                "its "
-                "recording was disabled or replaced",
+                "its recording was disabled or replaced",
             )
         )
     imported = [m for m in reply.get("imported") or [] if m.split(".")[0] not in CALL_IMPORTS_ALLOWED]

@@ -750,45 +750,6 @@ def test_a_ray_job_carries_the_evaluator_token_in_a_file_only_the_user_reads(tin
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
-def test_sigterm_to_the_supervisor_stops_the_stage_group(tmp_path):
-    """A scheduler's SIGTERM to `cudagent train` ends the stage it started, its own children included, and then
-    the supervisor itself."""
-    import signal
-    import time
-
-    run = tmp_path / "run"
-    run.mkdir()
-    script = """
-import os, sys
-from pathlib import Path
-from cudagent.train.monitor import StopRule
-from cudagent.train.supervise import supervise
-try:
-    supervise([sys.executable, "-c", sys.argv[1], sys.argv[2]], dict(os.environ), Path(sys.argv[2]), StopRule(), 0.1)
-except Exception as exc:  # the supervisor's way of saying it was terminated
-    sys.exit(143 if type(exc).__name__ == "Terminated" else 1)
-sys.exit(f"the stage ended by itself (exit {code}) before any signal")  # exit 1, said on stderr
-"""
-    stand_in = """
-import os, subprocess, sys, time
-child = subprocess.Popen(["sleep", "300"])
-open(os.path.join(sys.argv[1], "child.pid"), "w").write(str(child.pid))
-time.sleep(300)
-"""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    supervisor = subprocess.Popen([sys.executable, "-c", script, stand_in, str(run)], env=env)
-    deadline = time.monotonic() + 60
-    while not (run / "child.pid").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    child = int((run / "child.pid").read_text())
-    supervisor.send_signal(signal.SIGTERM)
-    assert supervisor.wait(timeout=60) == 143
-    deadline = time.monotonic() + 10
-    while Path(f"/proc/{child}").exists() and Path(f"/proc/{child}/stat").read_text().split()[2] != "Z":
-        assert time.monotonic() < deadline, "the stage's child outlived the supervisor"
-        time.sleep(0.05)
-
-
 _SUPERVISOR = """
 import json, os, sys
 from pathlib import Path
@@ -801,6 +762,35 @@ except Exception as exc:  # the supervisor's way of saying it was terminated
     sys.exit(143 if type(exc).__name__ == "Terminated" else 1)
 sys.exit(f"the stage ended by itself (exit {code}) before any signal")  # exit 1, said on stderr
 """
+
+
+def test_sigterm_to_the_supervisor_stops_the_stage_group(tmp_path):
+    """A scheduler's SIGTERM to `cudagent train` ends the stage it started, its own children included, and then
+    the supervisor itself."""
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    run.mkdir()
+    stand_in = """
+import os, subprocess, sys, time
+child = subprocess.Popen(["sleep", "300"])
+open(os.path.join(sys.argv[1], "child.pid"), "w").write(str(child.pid))
+time.sleep(300)
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    stage = [sys.executable, "-c", stand_in, str(run)]
+    supervisor = subprocess.Popen([sys.executable, "-c", _SUPERVISOR, json.dumps(stage), "null", str(run)], env=env)
+    deadline = time.monotonic() + 60
+    while not (run / "child.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int((run / "child.pid").read_text())
+    supervisor.send_signal(signal.SIGTERM)
+    assert supervisor.wait(timeout=60) == 143
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists() and Path(f"/proc/{child}/stat").read_text().split()[2] != "Z":
+        assert time.monotonic() < deadline, "the stage's child outlived the supervisor"
+        time.sleep(0.05)
 
 
 def _gone(pids: list[int], within_s: float) -> list[int]:
