@@ -6,6 +6,11 @@ The parent spawns it with a sanitized environment, its own process group and a p
 talks to it over the socket `N` (wire.py). The child never sees the reference's outputs: it runs what it is asked
 to, reports what it observed, and the parent judges. Role `reference` loads only the task, from text the parent
 sends, and never imports candidate code; it times the eager and compiled baselines.
+
+One module of about 420 lines, most of it the Harness: one object holding what the process keeps across its
+requests (the loaded model, the last call's inputs and outputs, the timing sets and targets, where the candidate's
+own code lives), whose request handlers read that state; split across files they would pass it around rather than
+share it.
 """
 
 from __future__ import annotations
