@@ -17,6 +17,8 @@ class ExitCode(IntEnum):
     USAGE = 2
     # The machine cannot do what was asked: no GPU for --device cuda, no compiler, no model server.
     ENVIRONMENT = 3
+    # A run ended because its evaluator judged nothing several calls in a row (a service down, a worker faulting).
+    EVALUATOR = 4
     INTERRUPTED = 130  # SIGINT (Ctrl-C, or kill -INT)
     TERMINATED = 143  # SIGTERM (a process manager stopping it)
 
@@ -45,6 +47,12 @@ class EnvironmentProblem(CudagentError):
     """The machine lacks something the request needs (a GPU, a compiler, a reachable model server)."""
 
     exit_code = ExitCode.ENVIRONMENT
+
+
+class EvaluatorUnusable(CudagentError):
+    """A run's evaluator judged nothing several calls in a row; the run ended, recorded and resumable."""
+
+    exit_code = ExitCode.EVALUATOR
 
 
 class Terminated(Exception):

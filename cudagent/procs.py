@@ -1,8 +1,9 @@
 """Running other programs: each in its own process group, killed whole on timeout, with bounded output.
 
 A program that prints hundreds of megabytes or never ends must cost us neither memory nor the run: output is
-kept as a head and a tail, and a timeout kills the program's whole process group. Optional Limits bound the
-memory and the number of processes of the program's whole tree (a watchdog that kills the group) and the size of
+kept as a head and a tail, and a timeout kills the program's whole process tree. The program runs under a reaper
+(reaper.py): whatever it leaves running when it ends, in its group or out of it, is killed then. Optional Limits
+bound the memory and the number of processes of the program's whole tree (a watchdog that kills it) and the size of
 any file it writes (RLIMIT_FSIZE, set before the program starts).
 """
 
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 HEAD_BYTES = 64 * 1024
 TAIL_BYTES = 192 * 1024
@@ -67,6 +69,22 @@ def drain(stream, sink: BoundedOutput) -> threading.Thread:
     return t
 
 
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL everything below the child (what left its group with setsid too), then the child's group: a reaper
+    at the top (reaper.py) keeps what leaves its parent in the tree until the tree is gone."""
+    for _ in range(100):
+        below = process_tree(proc.pid)[1:]
+        if not below:
+            break
+        for pid in below:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.005)
+    kill_group(proc)
+
+
 def kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL the process group a child leads (children are started with start_new_session=True)."""
     try:
@@ -88,21 +106,10 @@ class Limits:
     max_file_bytes: int | None = None  # the largest file it may write
 
     def argv_prefix(self) -> list[str]:
-        """A command prefix setting the rlimits in the program itself (no preexec_fn: our parent has threads)."""
-        if self.max_file_bytes is None:
-            return []
-        return [sys.executable, "-S", "-c", _SET_RLIMITS, str(self.max_file_bytes), "--"]
-
-
-# Set RLIMIT_FSIZE (ignore SIGXFSZ, so that the write fails with EFBIG and says so) and no core dumps, then exec.
-_SET_RLIMITS = (
-    "import os, resource, signal, sys\n"
-    "size = int(sys.argv[1])\n"
-    "resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))\n"
-    "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
-    "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-    "os.execvp(sys.argv[3], sys.argv[3:])\n"
-)
+        """A command prefix (reaper.py) that sets the file-size limit in the program itself (no preexec_fn: our
+        parent has threads) and ends whatever the program leaves behind when it ends."""
+        size = -1 if self.max_file_bytes is None else self.max_file_bytes
+        return [sys.executable, "-S", str(Path(__file__).with_name("reaper.py")), str(size), "--"]
 
 
 class Watchdog:
@@ -134,12 +141,7 @@ class Watchdog:
             elif self.limits.max_processes is not None and len(pids) > self.limits.max_processes:
                 self.tripped = "processes"
             if self.tripped:
-                kill_group(self.proc)
-                for pid in pids:  # descendants that left the group (setsid) go too
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except (ProcessLookupError, PermissionError):
-                        pass
+                kill_tree(self.proc)  # descendants that left the group (setsid) go too
                 return
 
     def message(self) -> str:
@@ -349,11 +351,11 @@ def run_bounded(
         _wait(proc, timeout_s, cancel)
     except subprocess.TimeoutExpired:
         timed_out = True
-        kill_group(proc)
+        kill_tree(proc)
         proc.wait()
-    except BaseException:  # Ctrl-C, a cancel or a kill of ours: take the program's whole group with us
+    except BaseException:  # Ctrl-C, a cancel or a kill of ours: take the program's whole tree with us
         watchdog.stop()
-        kill_group(proc)
+        kill_tree(proc)
         raise
     else:
         # The leader is gone; anything it left behind in its group goes too.

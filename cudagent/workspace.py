@@ -19,14 +19,15 @@ from __future__ import annotations
 import ast
 import hashlib
 import os
-import shutil
 import stat
 from dataclasses import dataclass
 from enum import Enum
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from cudagent.boundary.paths import Beneath
 from cudagent.errors import CandidateError
 from cudagent.resources import cache_dir, infra_dir
+from cudagent.syntax import parse
 
 MODEL = "model.py"
 MODEL_NEW = "model_new.py"
@@ -92,16 +93,14 @@ class Workspace:
         if task_source is not None:
             wanted[MODEL] = task_source
         restored = []
+        tree = Beneath(self.root)
         for name, text in wanted.items():
-            path = self.root / name
-            if path.is_file() and not path.is_symlink() and _read(path) == text:
+            if _read(self.root / name) == text:
                 continue
-            if path.exists() or path.is_symlink():
-                _remove(path)
+            _make_writable(self.root / name)
+            tree.remove(PurePosixPath(name))
             restored.append(name)
-            path.write_text(text)
-            if name == MODEL:
-                path.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+            tree.write_bytes(PurePosixPath(name), text.encode(), 0o444 if name == MODEL else 0o644)
         return restored
 
     def tampered_infrastructure(self, task_source: str | None = None) -> list[str]:
@@ -115,7 +114,7 @@ class Workspace:
 
     def candidate_format(self) -> CandidateFormat:
         try:
-            tree = ast.parse(self.model_new_py.read_text())
+            tree = parse(self.model_new_py.read_text())
         except (OSError, SyntaxError, ValueError):
             return CandidateFormat.WORKSPACE  # the audit reports the syntax error with its line
         imported: set[str] = set()
@@ -136,14 +135,15 @@ class Workspace:
         return CandidateFormat.PYTHON
 
     def kernel_sources(self) -> list[Path]:
-        """Every source file under kernels/ (compiled and included), sorted."""
-        if not self.kernels_dir.is_dir():
-            return []
-        return sorted(
-            p
-            for p in self.kernels_dir.rglob("*")
-            if p.is_file() and not p.is_symlink() and p.suffix in SOURCE_SUFFIXES and BUILD not in p.parts
-        )
+        """Every source file under kernels/ (compiled and included), sorted; found without following a link (a
+        kernels/ that is a link to another folder holds nothing)."""
+        files = Beneath(self.root).files(KERNELS, skip=lambda rel, is_dir: is_dir and rel.name == BUILD)
+        return [self.root / rel for rel, _mode in files if rel.suffix in SOURCE_SUFFIXES]
+
+    def read_owned(self, path: Path) -> bytes:
+        """The bytes of one of the workspace's files, read without following a link (boundary/paths.py)."""
+        tree = Beneath(self.root)
+        return tree.read_bytes(tree.relative(path.relative_to(self.root).as_posix()))
 
     def compiled_sources(self, cuda: bool) -> list[Path]:
         """What the extension is built from: binding.cpp plus the kernels' .cpp files, and their .cu files on CUDA."""
@@ -152,21 +152,21 @@ class Workspace:
 
 
 def _read(path: Path) -> str | None:
+    """A fixed file's text, or None where it is missing, not a regular file (a link is not followed), or not text."""
+    tree = Beneath(path.parent)
     try:
-        return path.read_text()
-    except (OSError, UnicodeDecodeError):
+        return tree.read_bytes(PurePosixPath(path.name)).decode()
+    except (OSError, ValueError):
         return None
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        try:
+def _make_writable(path: Path) -> None:
+    """A read-only file the model made read-only (or model.py) made removable by its owner."""
+    try:
+        if path.is_file() and not path.is_symlink():
             path.chmod(stat.S_IWUSR | stat.S_IRUSR)
-        except OSError:
-            pass
-        path.unlink()
+    except OSError:
+        pass
 
 
 # ----- candidates given on the command line -------------------------------------------------------------------

@@ -50,7 +50,7 @@ class ChatDriver:
                     reason, error = "policy_error", exc.message
                     break
                 turn = await ep.act(reply)
-                self.recorders.turn(turn, ep.state)
+                ep.recorded(self.recorders.turn(turn, ep.state))
         except (asyncio.CancelledError, KeyboardInterrupt):
             self.interrupted = await ep.finish(self.interrupt_reason, None, final_evaluation=False)
             raise

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from cudagent.agent.episode import Episode, EpisodeLimits, EpisodeState, TaskInfo
 from cudagent.agent.prompting import Prompts, load_skills
-from cudagent.agent.sandbox import Sandbox
 from cudagent.agent.tools import Toolbox
+from cudagent.boundary.shell import Sandbox
 from cudagent.evaluator.port import EvaluatorPort, Snapshot
 from cudagent.task import Task
 from cudagent.workspace import Workspace

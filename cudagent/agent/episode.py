@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from cudagent.agent.best import Best, is_better
 from cudagent.agent.policy import PolicyReply, ToolCall, Usage
 from cudagent.agent.prompting import Prompts, Skill
-from cudagent.agent.tools import TOOL_SPECS, Observation, Toolbox
+from cudagent.agent.tools import EVALUATING, TOOL_SPECS, Observation, Toolbox
 from cudagent.agent.trajectory import reply_record
 from cudagent.evaluator.port import EvaluatorPort, Snapshot, snapshot_of
 from cudagent.evaluator.verdict import Verdict
@@ -34,7 +34,7 @@ from cudagent.evaluator.verdict import Verdict
 # server failed, a signal). Metrics that count them per reason need the whole list: a batch must carry the same
 # keys in every row.
 END_REASONS = ("finished", "max_turns", "wall_time", "tokens", "format_errors", "patience", "target_reached", "stuck")
-END_REASONS += ("context", "policy_error", "interrupted", "terminated")
+END_REASONS += ("evaluator", "context", "policy_error", "interrupted", "terminated")
 
 MAX_CALLS_PER_TURN = 8
 
@@ -49,6 +49,7 @@ class EpisodeLimits:
     target_speedup: float | None = None  # stop once the best is this much faster than torch.compile
     stuck_repeats: int = 4  # the same call this many times in a row draws a warning; twice as many ends the run
     context_tokens: int | None = None
+    max_evaluator_failures: int = 3  # evaluation calls in a row that judged nothing: the evaluator is unusable
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -74,6 +75,8 @@ class EpisodeState:
     finished: bool = False
     context_budget: int = 0  # the chat driver's current elision budget (it shrinks on overflow)
     head: str = ""  # the git recorder's branch head after the turn (empty without git)
+    evaluator_failures: int = 0  # compile/verify/profile calls in a row that judged nothing
+    evaluator_error: str = ""  # what the last of them said
 
     @property
     def tokens(self) -> int:
@@ -244,6 +247,15 @@ class Episode:
 
     # ----- a turn -----------------------------------------------------------------------------------------------
 
+    def tell(self, text: str) -> None:
+        """A notice from outside the turn's tool calls (a recorder's), read by the model with the next turn."""
+        self.pending.append({"role": "user", "content": self.prompts.render("notice", text=text)})
+
+    def recorded(self, extra: dict) -> None:
+        """What the recorders said of a turn: a notice among it is told to the model."""
+        if extra.get("notice"):
+            self.tell(extra["notice"])
+
     def notices(self) -> list[str]:
         """Limit warnings due now (each once), by reason; their messages join the history at the next turn."""
         s, lim = self.state, self.limits
@@ -334,6 +346,10 @@ class Episode:
         self.state.repeats = self.state.repeats + 1 if digest == self.state.last_action else 1
         self.state.last_action = digest
         obs = await self.toolbox.run(call.name, call.arguments or {})
+        if call.name in EVALUATING:
+            failed = bool(obs.data.get("evaluator_failed"))
+            self.state.evaluator_failures = self.state.evaluator_failures + 1 if failed else 0
+            self.state.evaluator_error = obs.text.splitlines()[0] if failed and obs.text else ""
         if self.state.repeats == self.limits.stuck_repeats:
             obs.text += (
                 f"\n[note: this is the {self.state.repeats}th identical {call.name} call in a row; its result "
@@ -355,6 +371,8 @@ class Episode:
         if self.on_improvement is not None:
             placed = self.on_improvement(candidate, v) or {}
             candidate.commit, candidate.tag = placed.get("commit"), placed.get("tag")
+            if placed.get("notice"):
+                obs.text += "\n" + self.prompts.render("notice", text=placed["notice"])
         self.state.best = candidate
         obs.data["improved"] = candidate.commit or True
 
@@ -370,6 +388,8 @@ class Episode:
         }
         if obs.full_text is not None:
             record["full_output"] = obs.full_text  # recorders that keep files move it out of the record
+        if obs.data.get("traceback"):
+            record["traceback"] = obs.data["traceback"]  # an error of cudagent's own, for whoever mends it
         if obs.verdict is not None:
             record["verdict"] = obs.verdict.to_dict()
         if obs.data.get("improved"):
@@ -414,6 +434,8 @@ class Episode:
             return "tokens"
         if s.format_errors >= lim.max_format_errors:
             return "format_errors"
+        if s.evaluator_failures >= lim.max_evaluator_failures:
+            return "evaluator"
         if lim.patience is not None and s.since_improvement >= lim.patience:
             return "patience"
         if lim.target_speedup is not None and s.best and (s.best.speedup_vs_compile or 0) >= lim.target_speedup:
@@ -427,6 +449,10 @@ class Episode:
     async def finish(self, reason: str, error: str | None = None, final_evaluation: bool = True) -> EpisodeResult:
         """The best kernel re-evaluated from its own files alone, in a fresh directory with a clean build."""
         self.state.elapsed_s = self.elapsed()
+        if reason == "evaluator":
+            error = error or f"the evaluator judged nothing {self.state.evaluator_failures} times in a row: "
+            error += self.state.evaluator_error
+            final_evaluation = False  # it would meet the same evaluator
         final, final_error = None, None
         if final_evaluation and self.state.best and self.best_files:
             try:

@@ -11,10 +11,12 @@ Recorders run in the order given; what one returns (a commit, the branch head) i
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, replace
 
 from cudagent.agent.best import Best
 from cudagent.agent.episode import EpisodeResult, EpisodeState, Turn
+from cudagent.boundary.git import GitError
 from cudagent.evaluator.verdict import Verdict
 
 
@@ -60,6 +62,9 @@ class Recorders(Recorder):
 
 
 class GitRecorder(Recorder):
+    """A repository the model damaged (possible where the shell is not confined) or a disk that is full fails a
+    commit: that is one sentence for the model (`notice`) and on stderr, and the run goes on without it."""
+
     def __init__(self, repo, run_id: str, model: str, gpu: str | None):
         self.repo, self.run_id, self.model, self.gpu = repo, run_id, model, gpu
 
@@ -79,15 +84,21 @@ class GitRecorder(Recorder):
         body = "The evaluator verified this workspace" + (
             " and timed it." if verdict.time_ms.get("candidate") else " (no timing)."
         )
-        sha = self.repo.commit(subject, body, trailers, allow_empty=True)
-        return {"commit": sha, "tag": self.repo.set_best(sha)}
+        try:
+            sha = self.repo.commit(subject, body, trailers, allow_empty=True)
+            return {"commit": sha, "tag": self.repo.set_best(sha)}
+        except (GitError, OSError) as exc:
+            return {"notice": _unrecorded(f"the better kernel of turn {best.turn}", exc)}
 
     def turn(self, turn: Turn, state: EpisodeState, extra: dict) -> dict:
         tools = ", ".join(a["tool"] for a in turn.actions) or "no action"
-        sha = self.repo.commit(
-            f"turn {turn.number}: {tools}", trailers={"Cudagent-Run": self.run_id, "Cudagent-Turn": turn.number}
-        )
-        state.head = self.repo.head()
+        try:
+            sha = self.repo.commit(
+                f"turn {turn.number}: {tools}", trailers={"Cudagent-Run": self.run_id, "Cudagent-Turn": turn.number}
+            )
+            state.head = self.repo.head()
+        except (GitError, OSError) as exc:
+            return {"notice": _unrecorded(f"turn {turn.number}", exc)}
         return {"commit": sha, "head": state.head}
 
 
@@ -101,6 +112,8 @@ class TrajectoryRecorder(Recorder):
             a = dict(a)
             if "full_output" in a:  # long outputs live in files beside the trajectory
                 a["full_output"] = self.traj.save_output(turn.number, i, a["full_output"])
+            if "traceback" in a:  # so do the tracebacks of calls that failed inside cudagent
+                a["traceback"] = self.traj.save_output(turn.number, i, a["traceback"], kind="errors")
             actions.append(a)
         self.traj.add_turn(
             {
@@ -199,6 +212,12 @@ def turn_summary(turn: Turn) -> str:
         detail = " ".join(str(args.get("path") or args.get("command") or "").split())[:60]
         parts.append(f"{a['tool']} {detail}".strip() + ("" if a["ok"] else " (failed)"))
     return "; ".join(parts)
+
+
+def _unrecorded(what: str, exc: Exception) -> str:
+    text = f"the run's git could not record {what}: {exc}; the run goes on, and later turns are committed as usual"
+    sys.stderr.write(f"cudagent: warning: {text}\n")
+    return text
 
 
 def _fmt(x) -> str | None:

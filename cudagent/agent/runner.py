@@ -28,9 +28,9 @@ from cudagent.agent.episode import Episode, EpisodeLimits, EpisodeResult, Episod
 from cudagent.agent.gitrun import RunRepo
 from cudagent.agent.policy import PolicyError
 from cudagent.agent.recorders import EventRecorder, GitRecorder, Recorders, TrajectoryRecorder
-from cudagent.agent.sandbox import Sandbox
-from cudagent.agent.sandbox import choose as choose_sandbox
 from cudagent.agent.trajectory import Trajectory, find_run, new_run_id
+from cudagent.boundary.shell import Sandbox
+from cudagent.boundary.shell import choose as choose_sandbox
 from cudagent.errors import CudagentError, EnvironmentProblem, Terminated
 from cudagent.evaluator.port import agent_files
 from cudagent.settings import Settings

@@ -120,7 +120,7 @@ class TokenDriver:
             turn.reply["prompt_ids"] = self.ledger.prompt_ids
         # the reply is in the ledger as sampled; the observations after it are rendered next turn
         self._freeze(ep.messages[len(self._frozen) : len(ep.messages) - len(turn.observations)])
-        self.recorders.turn(turn, ep.state)
+        ep.recorded(self.recorders.turn(turn, ep.state))
         return None
 
     def _freeze(self, messages: list[dict]) -> None:

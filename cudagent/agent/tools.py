@@ -3,25 +3,27 @@ trajectory keeps, and structured data (the evaluator's verdict) the episode uses
 `profile` send a snapshot of the agent's files to the evaluator port (evaluator/port.py), which never builds or
 judges this live directory; the shell runs in a worker thread, so many episodes can share one event loop.
 
-Every path is relative to the workspace and must stay inside it; the reference, the fixed infrastructure and the
-build directory are read-only to the agent. The shell runs in the workspace under the run's sandbox (sandbox.py),
-in a fresh process group that is killed on timeout or at a resource limit, with credentials removed from its
-environment; fixed files it changes anyway (outside bubblewrap) are restored at once.
+A call's arguments are checked against the tool's schema first (arguments.py). Every path is relative to the
+workspace and is opened beneath it, never through a link (boundary/paths.py); the reference, the fixed
+infrastructure and the build directory are read-only to the agent. The shell runs in the workspace under the run's
+sandbox (boundary/shell.py); fixed files it changes anyway (outside bubblewrap) are restored at once. Whatever goes
+wrong inside a call is that call's observation: a tool call can fail, the run cannot.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from cudagent.agent.sandbox import Sandbox
+from cudagent.agent.arguments import BadArguments, checked
+from cudagent.boundary.paths import Beneath, PathRefused
+from cudagent.boundary.shell import Sandbox
 from cudagent.evaluator.port import EvaluatorPort, EvaluatorUnavailable, SnapshotError, snapshot_of
 from cudagent.evaluator.verdict import Verdict
-from cudagent.procs import run_bounded
 from cudagent.workspace import BUILD, INFRA_FILES, MODEL, Workspace
 
 DEFAULT_BASH_TIMEOUT_S = 120
@@ -29,8 +31,9 @@ MAX_BASH_TIMEOUT_S = 1800
 MODEL_HEAD_CHARS = 6000  # what the model sees of a long output: head and tail
 MODEL_TAIL_CHARS = 4000
 READ_LIMIT_LINES = 2000
+MAX_READ_BYTES = 64 << 20
 PROTECTED = (MODEL, *INFRA_FILES)
-_SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
+EVALUATING = ("compile", "verify", "profile")  # the calls that go to the evaluator
 
 TOOL_SPECS: list[dict] = [
     {
@@ -40,7 +43,12 @@ TOOL_SPECS: list[dict] = [
             "type": "object",
             "properties": {
                 "command": {"type": "string", "description": "the command line"},
-                "timeout": {"type": "integer", "description": f"seconds, default {DEFAULT_BASH_TIMEOUT_S}"},
+                "timeout": {
+                    "type": "integer",
+                    "description": f"seconds, default {DEFAULT_BASH_TIMEOUT_S}",
+                    "minimum": 1,
+                    "maximum": MAX_BASH_TIMEOUT_S,
+                },
             },
             "required": ["command"],
         },
@@ -52,8 +60,8 @@ TOOL_SPECS: list[dict] = [
             "type": "object",
             "properties": {
                 "path": {"type": "string"},
-                "start_line": {"type": "integer", "description": "first line, from 1"},
-                "end_line": {"type": "integer", "description": "last line, inclusive"},
+                "start_line": {"type": "integer", "description": "first line, from 1", "minimum": 1},
+                "end_line": {"type": "integer", "description": "last line, inclusive", "minimum": 1},
             },
             "required": ["path"],
         },
@@ -135,78 +143,85 @@ class Toolbox:
     ):
         self.ws, self.task_source = ws, task_source
         self.evaluator = evaluator
+        self.tree = Beneath(ws.root)  # where model-named paths are opened: beneath the workspace, no link followed
         self.sandbox = sandbox or Sandbox("none")
         # what the shell may not change: the fixed files, build/, and the checkout's git link (`read_only`)
         self.read_only = [ws.root / name for name in (*PROTECTED, BUILD, ".git")] + list(read_only)
 
     async def run(self, name: str, args: dict) -> Observation:
+        """Run one call. Whatever goes wrong inside becomes the observation: a refusal, a failure of the machine,
+        or an error of cudagent itself (its traceback kept in `data["traceback"]` for the run's folder)."""
         start = time.monotonic()
         if name not in TOOL_NAMES:
             return Observation(f"there is no tool {name!r}; use one of {', '.join(sorted(TOOL_NAMES))}", ok=False)
         try:
             method = getattr(self, f"_tool_{name}")
-            accepted = _accepted(name, args)
+            accepted = checked(next(t for t in TOOL_SPECS if t["name"] == name), args)
             if asyncio.iscoroutinefunction(method):
                 obs = await method(**accepted)
             else:
                 obs = method(**accepted)
-        except ToolRefused as exc:
-            obs = Observation(f"refused: {exc}", ok=False)
-        except TypeError as exc:
+        except BadArguments as exc:
             obs = Observation(f"bad arguments for {name}: {exc}", ok=False)
-        except (OSError, UnicodeError) as exc:
-            obs = Observation(f"{name} failed: {exc}", ok=False)
-        except SnapshotError as exc:
+        except (ToolRefused, PathRefused, SnapshotError) as exc:
             obs = Observation(f"refused: {exc}", ok=False)
         except EvaluatorUnavailable as exc:
             obs = Observation(f"{name} failed, nothing was judged: {exc.message}", ok=False)
+            obs.data["evaluator_failed"] = True
+        except (OSError, UnicodeError) as exc:
+            obs = Observation(f"{name} failed: {exc}", ok=False)
+        except Exception as exc:  # noqa: BLE001  (a tool call can fail; the run cannot)
+            obs = Observation(
+                f"{name} failed inside cudagent ({type(exc).__name__}: {exc}); this is not your doing, and it is "
+                "logged: go on, or try another way",
+                ok=False,
+                data={"traceback": traceback.format_exc(), "evaluator_failed": name in EVALUATING},
+            )
         obs.seconds = time.monotonic() - start
         return obs
 
     # ----- paths ----------------------------------------------------------------------------------------------
 
-    def _path(self, path: str, write: bool) -> Path:
-        if not isinstance(path, str) or not path.strip():
-            raise ToolRefused("give a path relative to the workspace, e.g. kernels/my_kernel.cu")
-        root = self.ws.root.resolve()
-        target = (root / path).resolve() if not os.path.isabs(path) else Path(path).resolve()
-        if target != root and root not in target.parents:
-            raise ToolRefused(f"{path} is outside the workspace; paths are relative to {root}")
-        rel = target.relative_to(root)
+    def _path(self, path: str, write: bool) -> PurePosixPath:
+        """`path` checked: inside the workspace (it is then opened there without following links: tree), and for
+        writing, not a fixed file."""
+        rel = self.tree.relative(path)
+        if rel == PurePosixPath("."):
+            raise ToolRefused(f"{path} is the workspace itself; name a file in it")
         if write:
             if str(rel) in PROTECTED:
                 raise ToolRefused(
                     f"{rel} is fixed (the reference or the build infrastructure) and read-only; "
                     "write your code in model_new.py and kernels/"
                 )
-            if rel.parts and rel.parts[0] in (BUILD, ".git"):
+            if rel.parts[0] in (BUILD, ".git"):
                 raise ToolRefused(f"{rel.parts[0]}/ belongs to cudagent; write your code in model_new.py and kernels/")
-        return target
+        return rel
+
+    def _read_text(self, rel: PurePosixPath, path: str) -> str | Observation:
+        kind = self.tree.kind(rel)
+        if kind != "file":
+            what = {None: "does not exist", "dir": "is a folder", "link": "is a symbolic link (links are not followed)"}
+            return Observation(f"{path} {what.get(kind, 'is not a regular file')}", ok=False)
+        return self.tree.read_bytes(rel, limit=MAX_READ_BYTES).decode("utf-8", errors="replace")
 
     # ----- tools ----------------------------------------------------------------------------------------------
 
     async def _tool_bash(self, command: str, timeout: int | None = None) -> Observation:
-        if not isinstance(command, str) or not command.strip():
+        if not command.strip():
             return Observation("give a command to run", ok=False)
-        limit = DEFAULT_BASH_TIMEOUT_S if timeout is None else max(1, min(int(timeout), MAX_BASH_TIMEOUT_S))
-        argv = self.sandbox.command(["bash", "-c", command], self.ws.root, self.read_only)
+        limit = DEFAULT_BASH_TIMEOUT_S if timeout is None else timeout
         cancel = threading.Event()
         try:
             result = await asyncio.to_thread(
-                run_bounded,
-                argv,
-                timeout_s=limit,
-                env=shell_env(),
-                cwd=str(self.ws.root),
-                limits=self.sandbox.limits,
-                cancel=cancel,
+                self.sandbox.run, command, self.ws.root, self.read_only, timeout_s=limit, cancel=cancel
             )
         except (asyncio.CancelledError, KeyboardInterrupt):
-            cancel.set()  # the worker thread kills the command's process group at once
+            cancel.set()  # the worker thread kills the command's whole tree at once
             raise
         text = result.output
         if result.timed_out:
-            text += f"\n[the command ran past {limit} s and was killed with its process group]"
+            text += f"\n[the command ran past {limit} s and was killed with everything it started]"
         elif result.killed_for:
             text += f"\n[the command {result.limit_message}]"
         else:
@@ -217,35 +232,31 @@ class Toolbox:
         return clip(text, ok=not result.timed_out and not result.killed_for and result.returncode == 0)
 
     def _tool_read_file(self, path: str, start_line: int | None = None, end_line: int | None = None) -> Observation:
-        target = self._path(path, write=False)
-        if not target.is_file():
-            return Observation(f"{path} does not exist" if not target.exists() else f"{path} is not a file", ok=False)
-        lines = target.read_text(errors="replace").splitlines()
-        first = max(1, int(start_line or 1))
-        last = min(len(lines), int(end_line or len(lines)), first + READ_LIMIT_LINES - 1)
+        text = self._read_text(self._path(path, write=False), path)
+        if isinstance(text, Observation):
+            return text
+        lines = text.splitlines()
+        first = start_line or 1
+        last = min(len(lines), end_line or len(lines), first + READ_LIMIT_LINES - 1)
         body = "\n".join(f"{i:6d}  {lines[i - 1]}" for i in range(first, last + 1))
         more = f"\n[lines {last + 1}-{len(lines)} not shown: ask with start_line]" if last < len(lines) else ""
         return clip(f"{path} ({len(lines)} lines)\n{body}{more}")
 
     def _tool_write_file(self, path: str, content: str) -> Observation:
-        target = self._path(path, write=True)
-        if not isinstance(content, str):
-            return Observation("content must be a string", ok=False)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        existed = target.exists()
-        tmp = target.with_name(f".{target.name}.cudagent-tmp")
-        tmp.write_text(content)
-        os.replace(tmp, target)
+        rel = self._path(path, write=True)
+        existed = self.tree.write_bytes(rel, content.encode("utf-8", errors="surrogateescape"))
         n = content.count("\n") + (0 if content.endswith("\n") or not content else 1)
         return Observation(f"{'overwrote' if existed else 'created'} {path} ({n} lines)")
 
     def _tool_edit_file(self, path: str, old_str: str, new_str: str) -> Observation:
-        target = self._path(path, write=True)
-        if not target.is_file():
+        rel = self._path(path, write=True)
+        if self.tree.kind(rel) is None:
             return Observation(f"{path} does not exist; create it with write_file", ok=False)
-        if not isinstance(old_str, str) or not old_str:
+        text = self._read_text(rel, path)
+        if isinstance(text, Observation):
+            return text
+        if not old_str:
             return Observation("old_str must be the exact, non-empty text to replace", ok=False)
-        text = target.read_text()
         count = text.count(old_str)
         if count == 0:
             return Observation(f"old_str was not found in {path}; read the file and copy the text exactly", ok=False)
@@ -253,7 +264,7 @@ class Toolbox:
             return Observation(
                 f"old_str occurs {count} times in {path}; include more context to make it unique", ok=False
             )
-        target.write_text(text.replace(old_str, str(new_str), 1))
+        self.tree.write_bytes(rel, text.replace(old_str, new_str, 1).encode("utf-8", errors="surrogateescape"))
         line = text[: text.index(old_str)].count("\n") + 1
         return Observation(f"edited {path} at line {line}")
 
@@ -286,13 +297,6 @@ class Toolbox:
         return Observation("finished", done=True, data={"summary": str(summary)})
 
 
-def _accepted(name: str, args: dict) -> dict:
-    """The arguments the tool declares; unknown ones are dropped (small models invent some)."""
-    spec = next(t for t in TOOL_SPECS if t["name"] == name)
-    known = spec["parameters"]["properties"]
-    return {k: v for k, v in (args or {}).items() if k in known}
-
-
 def clip(text: str, ok: bool = True, data: dict | None = None) -> Observation:
     """Head and tail for the model when `text` is long; the whole of it kept for the trajectory."""
     if len(text) <= MODEL_HEAD_CHARS + MODEL_TAIL_CHARS:
@@ -303,8 +307,3 @@ def clip(text: str, ok: bool = True, data: dict | None = None) -> Observation:
         f"to see them ...]\n{text[-MODEL_TAIL_CHARS:]}"
     )
     return Observation(short, full_text=text, ok=ok, data=data or {})
-
-
-def shell_env() -> dict[str, str]:
-    """The user's environment without credentials: model-written commands never see API keys."""
-    return {k: v for k, v in os.environ.items() if not any(m in k.upper() for m in _SECRET_MARKERS)}

@@ -3,6 +3,7 @@
     <runs>/<run-id>/
         trajectory.jsonl   a header line, then one line per finished turn, then an end line per ending
         outputs/           full tool outputs too long for the model (the model saw head and tail)
+        errors/            tracebacks of tool calls that failed inside cudagent (the model saw one sentence)
         worktree/ or repo/ the run's git checkout (gitrun.py)
 
 A turn line is appended and flushed to disk only after the turn's commit, and it carries the branch head and the
@@ -143,8 +144,11 @@ class Trajectory:
         """The limits in force: the header's, as changed by the latest resume."""
         return self.resumes[-1]["limits"] if self.resumes else self.header["limits"]
 
-    def save_output(self, turn: int, index: int, text: str) -> str:
-        name = f"outputs/turn-{turn:04d}-{index}.txt"
+    def save_output(self, turn: int, index: int, text: str, kind: str = "outputs") -> str:
+        """A long output (or, kind "errors", the traceback of a tool call that failed inside cudagent) in a file
+        of its own; its name relative to the run's folder."""
+        name = f"{kind}/turn-{turn:04d}-{index}.txt"
+        (self.run_dir / kind).mkdir(exist_ok=True)
         (self.run_dir / name).write_text(text)
         return name
 

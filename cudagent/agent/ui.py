@@ -3,6 +3,8 @@
 JsonEvents   --json: one JSON object per line on stdout, the last one the run's summary
 LivePanel    an interactive terminal: a rich panel on stderr (turn k/N, elapsed, tokens, best, last action)
 PlainLines   otherwise: one line per turn on stderr
+
+What the model wrote (a command, an error it caused) reaches the terminal as text only (boundary/terminal.py).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import json
 import sys
 import time
+
+from cudagent.boundary.terminal import shown
 
 
 class JsonEvents:
@@ -91,7 +95,7 @@ class LivePanel:
             f"{s['tokens']:,}",
         )
         t.add_row("best", _best_text(s["best"]), "model", str(s.get("model") or "?"), "", "")
-        t.add_row("last", str(s["last"])[:100], "", "", "", "")
+        t.add_row("last", shown(str(s["last"]))[:100], "", "", "", "")
         return Panel(t, title=f"cudagent optimize  {s.get('branch') or ''}", expand=False)
 
     def summary(self, summary: dict) -> None:
@@ -122,7 +126,7 @@ def _line(e: dict) -> str | None:
         return line + (f"\n  shell sandbox: {e['sandbox']['description']}" if e.get("sandbox") else "")
     if kind == "turn":
         commit = f" [{e['commit'][:8]}]" if e.get("commit") else ""
-        return f"turn {e['turn']}/{e['max_turns']}: {e['summary']}{commit}"
+        return f"turn {e['turn']}/{e['max_turns']}: {shown(e['summary'])}{commit}"
     if kind == "improvement":
         commit = f" [{e['commit'][:8]}]" if e.get("commit") else ""
         return f"  new best at turn {e['turn']}: {_best_text(e)}{commit}"
@@ -131,7 +135,7 @@ def _line(e: dict) -> str | None:
     if kind == "final_evaluation":
         return f"re-evaluating the best commit {e['commit'][:8]} from pristine files"
     if kind == "end":
-        return f"run ended: {e['exit_reason']}" + (f" ({e['error']})" if e.get("error") else "")
+        return f"run ended: {e['exit_reason']}" + (f" ({shown(e['error'])})" if e.get("error") else "")
     return None
 
 
@@ -139,7 +143,7 @@ def summary_text(s: dict) -> str:
     turns = f"{s['turns']} turn" + ("" if s["turns"] == 1 else "s")
     lines = [f"run {s['run_id']}: {turns}, ended by {s['exit_reason']}"]
     if s.get("error"):
-        lines.append(f"  error: {s['error']}")
+        lines.append(f"  error: {shown(s['error'])}")
     best = s.get("best")
     if best:
         lines.append(f"  best: {_best_text(best)}, commit {(best.get('commit') or '?')[:12]} (tag {best.get('tag')})")

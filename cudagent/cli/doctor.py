@@ -88,7 +88,7 @@ def _doctor_checks(device: str, server: tuple | None) -> list[dict]:
     add("ninja", ninja is not None, _first_line([ninja, "--version"]) if ninja else "not found: pip install ninja")
     cxx = shutil.which("c++") or shutil.which("g++")
     add("C++ compiler", cxx is not None, _first_line([cxx, "--version"]) if cxx else "not found: install g++")
-    from cudagent.agent.sandbox import bwrap_problem
+    from cudagent.boundary.shell import bwrap_problem
 
     problem = bwrap_problem()
     add(

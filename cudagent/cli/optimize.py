@@ -16,7 +16,8 @@ from cudagent.cli.options import (
     evaluator_urls,
     model_option,
 )
-from cudagent.errors import CudagentError, ExitCode, Terminated
+from cudagent.errors import CudagentError, EvaluatorUnusable, ExitCode, Terminated
+from cudagent.syntax import parse
 
 OPTIMIZE_EXIT = (
     "Exit codes: 0 the run ended normally (finish or a limit), whatever it found; 2 bad task file or options; "
@@ -289,6 +290,11 @@ def optimize(
     finally:
         reporter.close()
     reporter.summary(summary)
+    if summary["exit_reason"] == "evaluator":
+        raise EvaluatorUnusable(
+            f"{summary['error']}; the run is recorded: resume it with `cudagent optimize --resume {summary['run_id']}` "
+            "once the evaluator works"
+        )
     code = ExitCode.ENVIRONMENT if summary["exit_reason"] == "policy_error" else ExitCode.OK
     if code != ExitCode.OK:
         typer.echo(
@@ -316,7 +322,7 @@ def _own_model(task: str | None) -> bool:
     if not path.is_file() or path.suffix != ".py":
         return False
     try:
-        tree = ast.parse(path.read_text())
+        tree = parse(path.read_text())
     except (SyntaxError, UnicodeDecodeError, OSError):
         return False  # load_task says what is wrong with it
     names = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import sys
 
+from cudagent.boundary.terminal import shown as as_text
+
 PLAIN_WIDTH = 160
 
 
@@ -37,7 +39,7 @@ def print_table(rows: list[list], title: str | None = None, optional: tuple[str,
 
     out = console()
     header = rows[0]
-    body = [[c if isinstance(c, Text) else Text(str(c)) for c in r] for r in rows[1:]]
+    body = [[c if isinstance(c, Text) else Text(as_text(str(c))) for c in r] for r in rows[1:]]
     shown = list(range(len(header)))
     left_out: list[str] = []
 
@@ -54,7 +56,7 @@ def print_table(rows: list[list], title: str | None = None, optional: tuple[str,
         shown.remove(header.index(name))
         left_out.append(name)
     fits = needed(shown) <= out.width
-    t = Table(title=Text(title) if title is not None else None)
+    t = Table(title=Text(as_text(title)) if title is not None else None)
     for j in shown:
         t.add_column(header[j], overflow="fold", min_width=longest_word(j) if fits else None)
     for r in body:

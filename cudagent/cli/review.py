@@ -1,7 +1,8 @@
 """Reviewing runs: `cudagent runs`, `cudagent log RUN`, `cudagent show RUN TURN`, `cudagent export RUN DEST`,
 `cudagent ledgers`, `cudagent prune`, each for an episode run and for a model run (its spots). About 450 lines in one
 module: the commands share their run lookup and their formatting of what a person reads (durations, shares,
-speedups), and a command module may not import another's (tests/test_layout.py)."""
+speedups), and a command module may not import another's (tests/test_layout.py). Everything they print goes through
+`_say`, which shows control characters instead of letting them act on the terminal."""
 
 from __future__ import annotations
 
@@ -11,9 +12,17 @@ from pathlib import Path
 
 import typer
 
+from cudagent.boundary.terminal import shown
 from cudagent.cli.app import app
 from cudagent.errors import CudagentError
 from cudagent.text import counted
+
+
+def _say(text: str = "", err: bool = False) -> None:
+    """Print a line of a run's record: what the model wrote is in it, so control characters are shown, never sent to
+    the terminal to act on (boundary/terminal.py)."""
+    typer.echo(shown(text), err=err)
+
 
 RUN_ARG = typer.Argument(..., help="A run id (or a unique prefix of one), `last`, or a run directory.")
 
@@ -30,14 +39,14 @@ def runs(as_json: bool = typer.Option(False, "--json", help="Print one JSON obje
     parents = [_model_run_row(p) for p in _model_runs(root)]
     if as_json:
         for r in rows + parents:
-            typer.echo(json.dumps(r))
+            _say(json.dumps(r))
         return
     if parents:
         _print_model_runs(parents)
     if not rows and parents:
         return
     if not rows:
-        typer.echo(f"no runs under {root} yet; start one with `cudagent optimize TASK`", err=True)
+        _say(f"no runs under {root} yet; start one with `cudagent optimize TASK`", err=True)
         return
     from cudagent.cli.output import print_table
 
@@ -60,11 +69,11 @@ def log(run: str = RUN_ARG, as_json: bool = typer.Option(False, "--json", help="
         return
     traj = Trajectory.load(find_run(run, Settings.from_env().runs_root))
     if not as_json and traj.turns:
-        typer.echo(f"{'turn':>4} {'commit':8} {'model':>8} {'tools':>8} {'tokens':>8}  actions, tier and speedups")
+        _say(f"{'turn':>4} {'commit':8} {'model':>8} {'tools':>8} {'tokens':>8}  actions, tier and speedups")
     for t in traj.turns:
         row = _turn_row(t)
         if as_json:
-            typer.echo(json.dumps(row))
+            _say(json.dumps(row))
             continue
         best = " *best*" if row["improved"] else ""
         metrics = f" tier {row['tier']}" if row["tier"] is not None else ""
@@ -73,13 +82,13 @@ def log(run: str = RUN_ARG, as_json: bool = typer.Option(False, "--json", help="
         if row["speedup_vs_eager"]:
             metrics += f" {row['speedup_vs_eager']:.2f}x eager"
         commit = row["commit"][:8] if row["commit"] else "--------"
-        typer.echo(
+        _say(
             f"{row['turn']:4d} {commit:8} {_duration(row['model_seconds']):>8} {_duration(row['tool_seconds']):>8} "
             f"{row['tokens']:8d}  {row['actions']}{metrics}{best}"
         )
     for e in traj.ends:
         if not as_json:
-            typer.echo(f"     ended: {e['exit_reason']}" + (f" ({e['error']})" if e.get("error") else ""))
+            _say(f"     ended: {e['exit_reason']}" + (f" ({e['error']})" if e.get("error") else ""))
 
 
 @app.command(epilog="Example:\n\n  cudagent show last 3")
@@ -102,35 +111,35 @@ def show(
     if record is None:
         raise CudagentError(f"run {traj.header['run_id']} has no turn {turn}; it has turns 1 to {len(traj.turns)}")
     if as_json:
-        typer.echo(json.dumps(record, default=str))
+        _say(json.dumps(record, default=str))
         return
     reply = record["reply"]
-    typer.echo(
+    _say(
         f"=== turn {turn} (the model {_duration(reply.get('seconds') or 0.0)}, the tools "
         f"{_duration(record['seconds'])}, {reply['usage']['completion_tokens']} tokens out)"
     )
-    typer.echo("--- model")
-    typer.echo(reply["content"].strip() or "(no text)")
+    _say("--- model")
+    _say(reply["content"].strip() or "(no text)")
     for a in record["actions"]:
         args = json.dumps(a["arguments"])[:2000] if a["arguments"] is not None else a["raw_arguments"][:500]
-        typer.echo(f"--- {a['tool']} {args}")
+        _say(f"--- {a['tool']} {args}")
         full = a.get("full_output")
         if full and (traj.run_dir / full).is_file():
-            typer.echo((traj.run_dir / full).read_text())
+            _say((traj.run_dir / full).read_text())
         else:
-            typer.echo(a["output"])
+            _say(a["output"])
     if reply.get("format_error"):
-        typer.echo(f"--- format error: {reply['format_error']}")
+        _say(f"--- format error: {reply['format_error']}")
     shas = [a["improved"] for a in record["actions"] if a.get("improved")] + (
         [record["commit"]] if record["commit"] else []
     )
     repo = RunRepo.from_dict(traj.header["repo"])
     for sha in shas:
-        typer.echo("--- diff")
+        _say("--- diff")
         try:
-            typer.echo(repo.show(sha))
+            _say(repo.show(sha))
         except Exception as exc:  # a deleted checkout must not hide the rest of the record
-            typer.echo(f"(the commit {sha} cannot be shown: {exc})")
+            _say(f"(the commit {sha} cannot be shown: {exc})")
 
 
 @app.command(
@@ -160,7 +169,7 @@ def export(
             spots = [s for s in spots if s["name"] in applied]
         written = write_kernels(record, spots, dest, force=force)
         use = "patch(model, *example_inputs)" if record.get("by") == "regions" else "patch(model)"
-        typer.echo(f"wrote {written}; use it with `import {dest.name}; {dest.name}.{use}`", err=True)
+        _say(f"wrote {written}; use it with `import {dest.name}; {dest.name}.{use}`", err=True)
         return
 
     traj = Trajectory.load(find_run(run, Settings.from_env().runs_root))
@@ -173,7 +182,7 @@ def export(
     repo = RunRepo.from_dict(traj.header["repo"])
     files = repo.files_at(sha)
     written = export_package(files, dest, force=force, origin=f"{traj.header['run_id']} commit {sha}")
-    typer.echo(f"wrote {written} (from commit {sha[:12]}); use it with `from {dest.name} import ModelNew`", err=True)
+    _say(f"wrote {written} (from commit {sha[:12]}); use it with `from {dest.name} import ModelNew`", err=True)
 
 
 def _run_row(traj) -> dict:
@@ -267,7 +276,7 @@ def ledgers(
     else:
         raise CudagentError(f"{out} should end in .jsonl or .parquet")
     tokens = sum(len(r["response_ids"]) for r in rows)
-    typer.echo(f"wrote {counted(len(rows), 'ledger')}, {tokens} response tokens, to {out}", err=True)
+    _say(f"wrote {counted(len(rows), 'ledger')}, {tokens} response tokens, to {out}", err=True)
 
 
 @app.command(
@@ -293,7 +302,7 @@ def prune(
         raise CudagentError("name the runs to remove, or give --all (not both)")
     refs = [str(p) for p in list_runs(settings.runs_root)] if all_runs else list(runs)
     if not refs:
-        typer.echo(f"no runs under {settings.runs_root}", err=True)
+        _say(f"no runs under {settings.runs_root}", err=True)
         return
     if not yes:
         if not sys.stdin.isatty():
@@ -305,14 +314,14 @@ def prune(
         try:
             traj, lock = open_run(ref, settings)
         except CudagentError as exc:
-            typer.echo(f"cudagent: skipped {ref}: {exc.message}", err=True)
+            _say(f"cudagent: skipped {ref}: {exc.message}", err=True)
             continue
         try:
             done = RunRepo.from_dict(traj.header["repo"]).remove(keep_branch=keep_branches)
             shutil.rmtree(traj.run_dir)
         finally:
             lock.close()
-        typer.echo(f"{traj.header['run_id']}: " + "; ".join(done + ["removed the run directory"]), err=True)
+        _say(f"{traj.header['run_id']}: " + "; ".join(done + ["removed the run directory"]), err=True)
 
 
 def _model_runs(root: Path) -> list[Path]:
@@ -370,34 +379,32 @@ def _log_model_run(path: Path, as_json: bool) -> None:
 
     r = load_record(path)
     if not as_json and r["spots"]:
-        typer.echo(f"{'spot':>4} {'share':>6} {'where'}: outcome, speedup, put back or not, its episode run")
+        _say(f"{'spot':>4} {'share':>6} {'where'}: outcome, speedup, put back or not, its episode run")
     for i, s in enumerate(r["spots"], 1):
         row = {"spot_number": i, **{k: s.get(k) for k in ("spot", "kind", "share", "run_id", "outcome", "tier")}}
         row.update({k: s.get(k) for k in ("speedup_vs_eager", "speedup_vs_compile", "put_back")})
         if as_json:
-            typer.echo(json.dumps(row))
+            _say(json.dumps(row))
             continue
         speed = f" {s['speedup_vs_eager']:.2f}x eager" if s.get("speedup_vs_eager") else ""
         put = s.get("put_back")
         kept = put is not None and put.get("kept", put.get("correct"))
         placed = "" if put is None else (" put back" if kept else f" left out ({put.get('why')})")
-        typer.echo(
-            f"{i:4d} {100 * s['share']:5.1f}% {s['spot']}: {s.get('outcome')}{speed}{placed} {s.get('run_id') or ''}"
-        )
+        _say(f"{i:4d} {100 * s['share']:5.1f}% {s['spot']}: {s.get('outcome')}{speed}{placed} {s.get('run_id') or ''}")
     result = r.get("result") or {}
     if not as_json:
         timing = result.get("timing") or {}
         if timing:
             over_compile = timing.get("speedup_vs_compile")
-            typer.echo(
+            _say(
                 f"     end to end: {timing.get('speedup_vs_eager', 0):.2f}x over eager measured, "
                 f"{result.get('predicted_speedup_vs_eager') or 0:.2f}x predicted"
                 + (f", {over_compile:.2f}x over torch.compile" if over_compile else "")
                 + f"; report {path / 'report.md'}"
             )
         elif result.get("why"):
-            typer.echo(f"     nothing put back: {result['why']}")
-        typer.echo(f"     {r.get('state')}")
+            _say(f"     nothing put back: {result['why']}")
+        _say(f"     {r.get('state')}")
 
 
 def _readable(key: str, value) -> str:
@@ -428,12 +435,12 @@ def _show_spot(path: Path, number: int, as_json: bool) -> None:
         raise CudagentError(f"model run {r['run_id']} has no spot {number}; it has spots 1 to {len(r['spots'])}")
     spot = r["spots"][number - 1]
     if as_json:
-        typer.echo(json.dumps(spot, default=str))
+        _say(json.dumps(spot, default=str))
         return
     for key, value in spot.items():
         if key == "regions":
-            typer.echo(f"regions: {len(value)} ({', '.join(r['name'] for r in value)})")
+            _say(f"regions: {len(value)} ({', '.join(r['name'] for r in value)})")
             continue
-        typer.echo(f"{key.replace('_', ' ')}: {_readable(key, value)}")
+        _say(f"{key.replace('_', ' ')}: {_readable(key, value)}")
     if spot.get("run_id"):
-        typer.echo(f"its turns: cudagent log {spot['run_id']}")
+        _say(f"its turns: cudagent log {spot['run_id']}")

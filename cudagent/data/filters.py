@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import ast
 
+from cudagent.syntax import parse
+
 FILTERS = ("static", "runs", "compile", "degenerate", "runtime", "similarity", "duplicate")
 
 STOCHASTIC_CALLS = {
@@ -28,7 +30,7 @@ STOCHASTIC_CALLS = {
 def static_reason(source: str) -> str | None:
     """The task's source parses and its forward calls nothing stochastic."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError as exc:
         return f"syntax error at line {exc.lineno}: {exc.msg}"
     model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)

@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 
 from cudagent.errors import CudagentError
+from cudagent.syntax import parse
 
 AGENT_NAME = "cudagent_agent"
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -45,7 +46,7 @@ def is_task_code(value: object) -> bool:
     if not isinstance(value, str) or "Model" not in value:
         return False
     try:
-        tree = ast.parse(value)
+        tree = parse(value)
     except SyntaxError:
         return False
     names = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}

@@ -14,11 +14,13 @@ import ast
 import hashlib
 from dataclasses import dataclass
 
+from cudagent.syntax import parse
+
 NGRAM = 4
 
 
 def normalized_tokens(source: str) -> list[str]:
-    tree = ast.parse(source)
+    tree = parse(source)
     tokens: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Expr) and isinstance(getattr(node, "value", None), ast.Constant):

@@ -20,6 +20,7 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from cudagent.boundary.paths import MAX_DEPTH, MAX_NAME_BYTES, MAX_PATH_CHARS
 from cudagent.errors import EnvironmentProblem
 from cudagent.workspace import KERNELS, MODEL_NEW, SOURCE_SUFFIXES, Workspace
 
@@ -42,12 +43,14 @@ class EvaluatorUnavailable(EnvironmentProblem):
 
 
 def snapshot_of(ws: Workspace) -> Snapshot:
-    """The files of `ws` an agent owns: model_new.py and the sources under kernels/."""
+    """The files of `ws` an agent owns: model_new.py and the sources under kernels/, read without following a link
+    (a model_new.py or a kernels/ that is a link to a file elsewhere contributes nothing)."""
     files: Snapshot = {}
-    if ws.model_new_py.is_file():
-        files[MODEL_NEW] = ws.model_new_py.read_bytes()
-    for path in ws.kernel_sources():
-        files[path.relative_to(ws.root).as_posix()] = path.read_bytes()
+    for path in [ws.model_new_py, *ws.kernel_sources()]:
+        try:
+            files[path.relative_to(ws.root).as_posix()] = ws.read_owned(path)
+        except (OSError, ValueError):  # missing, a link, not a regular file
+            continue
     return files
 
 
@@ -63,8 +66,13 @@ def check_snapshot(snapshot: Snapshot) -> None:
             and ".." not in parts
             and Path(rel).suffix in SOURCE_SUFFIXES
         )
-        if not ok or "\\" in rel:
+        if not ok or "\\" in rel or "\0" in rel:
             raise SnapshotError(f"{rel!r} is not a file an agent owns (model_new.py, or a source under kernels/)")
+        if len(rel) > MAX_PATH_CHARS or len(parts) > MAX_DEPTH or any(len(p.encode()) > MAX_NAME_BYTES for p in parts):
+            raise SnapshotError(
+                f"{rel[:80]!r}... is too long a path: at most {MAX_PATH_CHARS} characters, {MAX_DEPTH} folders deep, "
+                f"{MAX_NAME_BYTES} bytes a name"
+            )
         total += len(data)
     if total > MAX_SNAPSHOT_BYTES:
         raise SnapshotError(f"the snapshot holds {total} bytes; at most {MAX_SNAPSHOT_BYTES} are accepted")

@@ -375,10 +375,10 @@ def prove_package(
     """Run prove.py on the package in a process of its own, in the candidates' jail (the kernels are a model's code:
     bubblewrap with the model's folders and the package readable, the scratch and the package's build folder
     writable; Landlock and seccomp inside, prove.py's own), and return what it found."""
+    from cudagent.boundary.bwrap import View
     from cudagent.device.info import resolve_device
     from cudagent.evaluator.build.extension import toolchain_for, toolchain_paths
     from cudagent.evaluator.jail import level as jail_level
-    from cudagent.evaluator.jail.bwrap import View
     from cudagent.evaluator.jail.confine import Unconfined
     from cudagent.evaluator.jail.process import child_env
 

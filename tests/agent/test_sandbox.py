@@ -12,8 +12,8 @@ import subprocess
 
 import pytest
 
-from cudagent.agent import sandbox as sb
 from cudagent.agent.tools import Toolbox
+from cudagent.boundary import shell as sb
 from cudagent.errors import EnvironmentProblem
 from cudagent.procs import Limits
 from cudagent.workspace import Workspace
@@ -51,7 +51,9 @@ def test_bwrap_confines_files_and_network(tmp_path):
     assert (ws.kernels_dir / "k.cpp").read_text() == "kernel\n"  # the workspace is writable
     assert not (outside / "x").exists() and not os.path.exists("/etc/cudagent-test")
     assert ws.model_py.read_text() == TASK and ws.tampered_infrastructure(TASK) == []
-    assert obs.text.count("Read-only file system") >= 3, obs.text
+    # the folder outside is not in the view at all; the fixed files and the view's own root refuse writes
+    assert f"{outside / 'x'}: No such file or directory" in obs.text, obs.text
+    assert obs.text.count("Read-only file system") + obs.text.count("Permission denied") >= 3, obs.text
     assert "restored" not in obs.text  # nothing needed restoring: the writes never happened
     assert "ConnectionRefusedError" in obs.text or "Network is unreachable" in obs.text, obs.text
     assert "HOME=/tmp/home" in obs.text

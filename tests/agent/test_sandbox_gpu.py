@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from cudagent.agent import sandbox as sb
 from cudagent.agent.tools import Toolbox
+from cudagent.boundary import shell as sb
 from cudagent.workspace import Workspace
 
 

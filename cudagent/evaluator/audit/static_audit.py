@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from cudagent.evaluator.audit.kernel_scan import scan_cpp
 from cudagent.evaluator.audit.op_policy import TORCH_NAMESPACES
 from cudagent.evaluator.verdict import Violation
+from cudagent.syntax import parse
 
 ALLOWED_MODULES = frozenset(
     "torch math typing typing_extensions dataclasses functools itertools collections numbers enum abc operator "
@@ -131,7 +132,7 @@ class _Finding:
 def audit_model_new(source: str, filename: str = "model_new.py") -> list[Violation]:
     """Violations in model_new.py's source; a syntax error is reported as SYNTAX_ERROR."""
     try:
-        tree = ast.parse(source, filename=filename)
+        tree = parse(source, filename=filename)
     except SyntaxError as exc:
         return [Violation("SYNTAX_ERROR", f"{filename}:{exc.lineno}: {exc.msg}")]
     visitor = _Auditor(filename)

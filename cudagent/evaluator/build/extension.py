@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cudagent.boundary.bwrap import install_prefixes
 from cudagent.device.info import DeviceInfo
 from cudagent.errors import EnvironmentProblem
 from cudagent.evaluator.build import expanded
@@ -315,15 +316,7 @@ def run_ninja(
 def toolchain_paths(tc: Toolchain) -> tuple[str, ...]:
     """Where the build's programs live when that is not the system's /usr (a compiler installed under /opt, say):
     each compiler's installation (the folder above its bin/), CUDA and ninja, for the build's jail to show."""
-    found: list[str] = []
-    programs = [tc.cxx, tc.nvcc, _ninja_binary(), *(shutil.which(n) for n in ("gcc", "g++", "cc", "c++"))]
-    for program in programs:
-        if not program:
-            continue
-        real = os.path.realpath(shutil.which(program) or program)
-        prefix = os.path.dirname(os.path.dirname(real))
-        if prefix not in ("/", "/usr") and prefix not in found:
-            found.append(prefix)
+    found = install_prefixes([tc.cxx, tc.nvcc, _ninja_binary(), "gcc", "g++", "cc", "c++"])
     if tc.cuda_home and tc.cuda_home not in found:
         found.append(tc.cuda_home)
     return tuple(found)

@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cudagent.device.info import DeviceInfo
+from cudagent.syntax import parse
 
 MAX_NAME_DEPTH = 20
 _FRONTEND_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]torch/(?:extension|torch|all)\.h[>\"][ \t]*$", re.M)
@@ -225,7 +226,7 @@ def extract(source: str) -> tuple[list[InlineSpec], int]:
     """(the specs of the load_inline calls that can be read without running anything, how many calls could not be
     read or are left to torch). Unparsable source: ([], 0) (importing it fails anyway)."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError:
         return [], 0
     aliases = {"load_inline"} | {
@@ -350,7 +351,7 @@ def folder_for(spec: InlineSpec, device: DeviceInfo) -> Path:
 
 def include_problem(spec: InlineSpec) -> str | None:
     """Why the call's extra include folders may not be read by the build, or None."""
-    from cudagent.evaluator.jail.bwrap import system_paths
+    from cudagent.boundary.bwrap import system_paths
 
     allowed = [p for p in system_paths() if p not in ("/sys", "/run/nvidia-persistenced")]
     for folder in spec.extra_include_paths:

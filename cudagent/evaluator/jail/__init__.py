@@ -6,9 +6,10 @@ Three layers, each closing whole classes of escape where they enter:
     process tree   keeper.py     every candidate process is process 1 of a PID namespace of its own (or, without
                                  bubblewrap, the child of a subreaper): whatever it starts ends with it; memory and
                                  process count of the whole tree watched (jail/process.py)
-    outer          bwrap.py      bubblewrap: its own namespaces (PID, mount, network, IPC, UTS, user where it runs
-                                 unprivileged), a file system view that lists what it may read (the system, Python,
-                                 CUDA, the hand-ins) and nothing else, its own /proc, /tmp and /dev
+    outer          bwrap         bubblewrap (cudagent/boundary/bwrap.py, an engine shared with the agent's shell):
+                                 its own namespaces (PID, mount, network, IPC, UTS, user where it runs unprivileged),
+                                 a file system view that lists what it may read (the system, Python, CUDA, the
+                                 hand-ins) and nothing else, its own /proc, /tmp and /dev
     inner          confine.py    Landlock (files read-only but its scratch, TCP, abstract sockets, signals) and
                    privileges.py seccomp (sockets, connect, ptrace, io_uring, signals to other processes), every
                                  capability dropped

@@ -21,8 +21,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from cudagent.boundary.bwrap import View
 from cudagent.evaluator.jail import keeper
-from cudagent.evaluator.jail.bwrap import View
 from cudagent.evaluator.jail.confine import Plan
 from cudagent.evaluator.jail.level import Jail
 

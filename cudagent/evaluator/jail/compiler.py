@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 
-from cudagent.evaluator.jail.bwrap import View
+from cudagent.boundary.bwrap import View
 from cudagent.evaluator.jail.confine import Plan
 from cudagent.evaluator.jail.level import Jail
 

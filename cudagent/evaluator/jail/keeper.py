@@ -26,6 +26,8 @@ import ctypes.util
 import os
 import signal
 
+from cudagent.reaper import end_orphans
+
 TREES = ("namespace", "subreaper")
 SCRATCH = "/tmp"  # the candidate's own memory file system, in its own mount namespace (tree "namespace")
 SCRATCH_BYTES = 4 << 30  # what its scratch may hold: a memory file system is memory
@@ -97,39 +99,12 @@ def _keep(child: int, tree: str) -> None:
             status = st
             break
     if tree == "subreaper":
-        _end_orphans()
+        end_orphans()
     code = os.waitstatus_to_exitcode(status)
     if code < 0:  # killed by a signal: so is the keeper, for whoever reads its status
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     os._exit(code)
-
-
-def _end_orphans() -> None:
-    """Kill every process that came back to this subreaper, until none is left (one forking while the others die
-    comes back too)."""
-    me = str(os.getpid())
-    while True:
-        orphans = [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(p) == me]
-        for pid in orphans:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
-            return
-        except InterruptedError:
-            continue
-
-
-def _parent(pid: str) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[1].decode()
-    except (OSError, IndexError):
-        return None
 
 
 def _max_fd() -> int:

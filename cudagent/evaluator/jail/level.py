@@ -25,7 +25,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
-import cudagent.evaluator.jail.bwrap as bwrap
+import cudagent.boundary.bwrap as bwrap
 from cudagent.evaluator.jail.confine import LEVELS, Unconfined
 
 PROBE_TIMEOUT_S = 60.0

@@ -1,6 +1,6 @@
-"""Bubblewrap, the engine of the jail's outer layer: a process sees only the file system a View names, in namespaces
-of its own (PID, network, IPC, UTS, mount, and a user namespace where it runs unprivileged), and dies with the
-process that started it.
+"""Bubblewrap, the engine of the candidate jail's outer layer and of the agent's shell: a process sees only the file
+system a View names, in namespaces of its own (PID, network, IPC, UTS, mount, and a user namespace where it runs
+unprivileged), and dies with the process that started it.
 
     View(read=[...], write=[...]).argv(["python", ...])   the command line that runs it jailed
 
@@ -11,8 +11,8 @@ other sessions' folders) does not exist inside. Paths that are symbolic links on
 are recreated as links. /proc is the jail's own (no other process is visible), /dev a minimal one with the GPU's
 device nodes passed through, /tmp and /dev/shm empty memory file systems.
 
-The agent's shell (agent/sandbox.py) uses the same engine with a view of its own (the whole file system read-only,
-its workspace writable).
+The agent's shell (boundary/shell.py) uses the same engine with a view of its own: the same system part, the
+toolchain, and its workspace writable.
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ class View:
     system: bool = True  # SYSTEM_DIRS, ETC_ENTRIES, Python and CUDA (a caller that binds / itself says False)
     keep_capabilities: bool = False  # the first process keeps its capabilities (inside the user namespace, or
     # root's where there is none): the fork server needs them to give each candidate namespaces of its own
+    read_only_root: bool = False  # the view's own root (where /etc, /home... would be) refuses writes too
 
     def argv(self, command: list[str]) -> list[str]:
         args = [bwrap_path(), "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net"]
@@ -95,6 +96,8 @@ class View:
             args += ["--ro-bind", os.path.realpath(host), inside]
         for path in self.dirs:
             args += ["--dir", path]
+        if self.read_only_root:
+            args += ["--remount-ro", "/"]
         if self.chdir:
             args += ["--chdir", self.chdir]
         return args + ["--", *command]
@@ -131,6 +134,20 @@ def system_paths() -> list[str]:
         if p not in seen:
             seen.append(p)
     return seen
+
+
+def install_prefixes(programs) -> list[str]:
+    """The installation of each program (a name on PATH, or a path) that is not the system's /usr: the folder above
+    its bin/ (a compiler under /opt, CUDA under /usr/local/cuda), for a view to show."""
+    found: list[str] = []
+    for program in programs:
+        where = shutil.which(program) if program else None
+        if not where:
+            continue
+        prefix = os.path.dirname(os.path.dirname(os.path.realpath(where)))
+        if prefix not in ("/", "/usr") and prefix not in found:
+            found.append(prefix)
+    return found
 
 
 @functools.cache
