@@ -23,6 +23,7 @@ import cudagent.cli.serve as _serve
 import cudagent.cli.train as _train
 from cudagent.cli.app import app
 from cudagent.errors import CudagentError, ExitCode
+from cudagent.syntax import guard_every_parse
 
 del _check, _data, _doctor, _hotspots, _optimize, _review, _bench, _serve, _train
 
@@ -39,6 +40,7 @@ def _answer_interrupts() -> None:
 
 def main() -> None:
     _answer_interrupts()
+    guard_every_parse()  # CPython 3.11: threads that parse at once can fail (syntax.py)
     # torch warns on import when NumPy is absent; cudagent does not need NumPy, and the warning would come before
     # every message a user reads.
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")

@@ -32,6 +32,7 @@ from aiohttp import web
 from cudagent.device import share
 from cudagent.evaluator.port import snapshot_digest
 from cudagent.serve.wire import WireError, check_task, decode_snapshot
+from cudagent.syntax import guard_every_parse
 
 
 @dataclass
@@ -298,6 +299,7 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=900.0)
     args = parser.parse_args()
     die_with_parent()
+    guard_every_parse()  # the sessions' threads parse candidates at once (syntax.py)
     Path(args.scratch).mkdir(parents=True, exist_ok=True)
     worker = Worker(args)
     worker.log(f"ready on {worker.device.name} ({worker.device.kind})")

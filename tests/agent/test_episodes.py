@@ -121,7 +121,7 @@ def test_refused_paths_and_protected_files(tmp_path):
     msgs = [m["content"] for m in server.chat_requests[-1]["messages"] if m["role"] == "tool"]
     assert "refused: model.py is fixed" in msgs[0]
     assert "refused: binding_registry.h is fixed" in msgs[1]
-    assert "outside the workspace" in msgs[2] and "outside the workspace" in msgs[3]
+    assert "outside the workspace" in msgs[2] and "leaves its folder (..)" in msgs[3]
     assert "outside the workspace" in msgs[4]
     assert "model.py changed or deleted; restored" in msgs[5] and "test-key" not in msgs[5]
     assert "refused: model.py is fixed" in msgs[6]
