@@ -69,6 +69,22 @@ def drain(stream, sink: BoundedOutput) -> threading.Thread:
     return t
 
 
+_LASTING = None  # the thread every jailed process is started from (popen_lasting)
+
+
+def popen_lasting(*args, **kwargs) -> subprocess.Popen:
+    """subprocess.Popen from a thread that lives as long as this process. A process that must die with its parent
+    (bubblewrap's --die-with-parent, a keeper's PR_SET_PDEATHSIG) is told when the *thread* that started it ends:
+    started from a worker thread that finishes (a baseline prepared beside the task's check), it would be killed
+    then, in the middle of its work."""
+    global _LASTING
+    from concurrent.futures import ThreadPoolExecutor
+
+    if _LASTING is None:
+        _LASTING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cudagent-spawner")
+    return _LASTING.submit(subprocess.Popen, *args, **kwargs).result()
+
+
 def kill_tree(proc: subprocess.Popen) -> None:
     """SIGKILL everything below the child (what left its group with setsid too), then the child's group: a reaper
     at the top (reaper.py) keeps what leaves its parent in the tree until the tree is gone."""

@@ -137,6 +137,13 @@ class Task:
         except Exception as exc:
             raise TaskError(f"{self.filename}: the reference Model raised {_describe(exc, self)} in forward") from exc
 
+    def validate(self, device: str, timeout_s: float | None = None) -> Any:
+        """validate_task on this task (a hosted task runs it where its code lives: evaluator/task_host.py)."""
+        return validate_task(self, device, timeout_s)
+
+    def close(self) -> None:
+        """Give back what serving the task holds (nothing, for a task executed in this process)."""
+
     def _call(self, name: str):
         try:
             return getattr(self.module, name)()

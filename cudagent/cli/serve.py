@@ -47,6 +47,11 @@ def serve(
         900.0, help="Seconds after which an idle session's build directory is removed.", rich_help_panel=LIMITS_PANEL
     ),
     max_body_mb: float = typer.Option(24.0, help="Largest request body, in MiB.", rich_help_panel=LIMITS_PANEL),
+    max_sessions: int = typer.Option(
+        256,
+        help="Sessions open at once for the token; beyond it opening one answers 429.",
+        rich_help_panel=LIMITS_PANEL,
+    ),
 ) -> None:
     """Serve the evaluator over HTTP: clients elsewhere (`optimize --evaluator URL`, `bench --evaluator URL`) send
     the agent's files; this host builds, verifies and times them on its GPUs and answers with verdicts."""
@@ -56,7 +61,8 @@ def serve(
 
     if device not in ("cuda", "cpu"):
         raise typer.BadParameter("use cuda or cpu", param_hint="--device")
-    for name, value in (("concurrency", concurrency), ("max-queue", max_queue), ("idle-expiry", idle_expiry)):
+    bounds = (("concurrency", concurrency), ("max-queue", max_queue), ("idle-expiry", idle_expiry))
+    for name, value in (*bounds, ("max-sessions", max_sessions)):
         if value <= 0:
             raise typer.BadParameter("must be positive", param_hint=f"--{name}")
     if not 0 < port < 65536:
@@ -73,6 +79,7 @@ def serve(
         max_queue=max_queue,
         idle_expiry_s=idle_expiry,
         max_body_bytes=int(max_body_mb * (1 << 20)),
+        max_sessions=max_sessions,
         token=token,
     )
     say = _say

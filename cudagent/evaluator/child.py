@@ -5,7 +5,8 @@
 The parent spawns it with a sanitized environment, its own process group and a private working directory, and
 talks to it over the socket `N` (wire.py). The child never sees the reference's outputs: it runs what it is asked
 to, reports what it observed, and the parent judges. Role `reference` loads only the task, from text the parent
-sends, and never imports candidate code; it times the eager and compiled baselines.
+sends, and never imports candidate code; it times the eager and compiled baselines. A process that hosts a task
+whose code is not trusted (task_host.py: TaskHostOps, the `host_*` requests) serves its reference calls.
 
 One module of about 420 lines, most of it the Harness: one object holding what the process keeps across its
 requests (the loaded model, the last call's inputs and outputs, the timing sets and targets, where the candidate's
@@ -28,10 +29,12 @@ import cudagent.evaluator.audit.runtime_audit as audit
 import cudagent.evaluator.build.inline as inline
 import cudagent.evaluator.jail.confine as confine
 import cudagent.evaluator.jail.privileges as isolation
+import cudagent.evaluator.task_host as task_host
 import cudagent.evaluator.timing.measure as measure
 import cudagent.evaluator.transforms as transforms
 import cudagent.evaluator.wire as wire
 import cudagent.trees as trees
+from cudagent.evaluator.task_host import TaskHostOps
 from cudagent.evaluator.timing.measure import Plan
 from cudagent.evaluator.wire import Channel, ChannelClosed
 from cudagent.trees import tensors
@@ -46,7 +49,7 @@ def _trace(exc: BaseException, limit: int = 4000) -> str:
     return text[-limit:]
 
 
-class Harness:
+class Harness(TaskHostOps):
     def __init__(self, channel: Channel):
         self.ch = channel
         self.device = torch.device("cpu")
@@ -362,7 +365,7 @@ class Harness:
 
 def _harness_modules() -> list:
     """The modules whose code decides what this process reports."""
-    return [sys.modules[__name__], audit, measure, transforms, trees, wire, isolation, confine]
+    return [sys.modules[__name__], audit, measure, transforms, trees, wire, isolation, confine, task_host]
 
 
 def _bitwise_equal(a, b) -> bool:

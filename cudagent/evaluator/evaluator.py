@@ -57,15 +57,16 @@ from cudagent.evaluator.jail.process import ChildFailure, ChildProcess, Starting
 from cudagent.evaluator.jail.zygote import Zygote
 from cudagent.evaluator.judge import Extension, judge_tampering
 from cudagent.evaluator.overlap import Beside, Timeline, room_beside_measurement
+from cudagent.evaluator.task_host import HostedTask
 from cudagent.evaluator.timing.baselines import Baselines
 from cudagent.evaluator.timing.measure import Plan
 from cudagent.evaluator.timing.ncu import ncu_summary
 from cudagent.evaluator.timing.peaks import device_peaks, peaks_cached
 from cudagent.evaluator.timing.profile import Profiler
-from cudagent.evaluator.timing.roofline import task_cost
+from cudagent.evaluator.timing.roofline import TaskCost, task_cost
 from cudagent.evaluator.verdict import TIER_MARGIN, Verdict
 from cudagent.evaluator.verify import TrialRunner, load_message
-from cudagent.task import Task, validate_task
+from cudagent.task import Task
 from cudagent.workspace import CandidateFormat, Workspace
 
 SPARE_PROCESSES = 2  # with spare_process: started processes kept ready for the next evaluations
@@ -113,6 +114,9 @@ class EvalOptions:
     # Confinement of every process that runs candidate code (confine.py): strict (refuse to run unconfined),
     # best-effort (what the kernel offers, reported in the verdict) or off. The CLI reads CUDAGENT_CONFINE / --confine.
     confine: str = confine.DEFAULT_LEVEL
+    # The task's code is not trusted (a `cudagent serve` client's): it runs only in the jail, never in this process
+    # (task_host.py); its baselines are timed there too.
+    host_task: bool = False
 
     @classmethod
     def from_settings(cls, settings, **fields) -> EvalOptions:
@@ -132,15 +136,18 @@ class Evaluator:
         null_candidates: list[str] | None = None,
     ):
         """null_candidates: the task's null-candidate check if the caller already ran it (bench does)."""
-        self.task, self.device = task, device
         self.options = options or EvalOptions()
+        if self.options.host_task:
+            task = HostedTask(task, device.kind, self.cell, self.options.memory_limit_bytes)
+        self.task, self.device = task, device
         self._validated = False
         isolation.protect_this_process()
         self._nulls = null_candidates
         self._link_baseline: frozenset[str] | None = None
         self._calibration: Beside | None = None  # the link audit's baseline, being made beside the first evaluation
         self._zygote_lock = threading.Lock()  # the build's import of model_new.py may start it from its thread
-        self.baselines = Baselines(task, device, self.options.compile_mode, self.options.plan)
+        jail = self.cell if self.options.host_task else None
+        self.baselines = Baselines(self.task, device, self.options.compile_mode, self.options.plan, jail)
         self._peaks = None
         self._cost = None
         self._zygote: Zygote | None = None
@@ -158,12 +165,12 @@ class Evaluator:
             return
         try:
             with device_share(exclusive=False):
-                validate_task(self.task, self.device.kind)
+                self.task.validate(self.device.kind)
         except TaskError as exc:
             if not self._out_of_memory_beside_others(str(exc)):
                 raise
             with alone_here(), device_share(exclusive=True):
-                validate_task(self.task, self.device.kind)
+                self.task.validate(self.device.kind)
             self._validated_alone = _short(str(exc), 300)
         self._validated = True
 
@@ -182,6 +189,7 @@ class Evaluator:
         while self._spares:
             self._spares.popleft().close()
         self._close_zygote()
+        self.task.close()
         if self._cell is not None:
             self._cell.close()
             self._cell = None
@@ -596,9 +604,12 @@ class Evaluator:
                 self._peaks = device_peaks(self.device)
         if self._cost is None:
             with device_share(exclusive=False):
-                model = self.task.build_model(secrets.randbits(62), self.device.kind)
-                inputs = self.task.make_inputs(secrets.randbits(62), self.device.kind)
-                self._cost = task_cost(model, inputs, self.task.run(model, inputs))
+                if isinstance(self.task, HostedTask):  # counted where its code runs
+                    self._cost = TaskCost(**self.task.cost(self.device.kind))
+                else:
+                    model = self.task.build_model(secrets.randbits(62), self.device.kind)
+                    inputs = self.task.make_inputs(secrets.randbits(62), self.device.kind)
+                    self._cost = task_cost(model, inputs, self.task.run(model, inputs))
         self.baselines.warm_in_background()  # cached baselines: their workers get ready during the build
 
     def _profiler(self) -> Profiler:

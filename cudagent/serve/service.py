@@ -58,6 +58,7 @@ class ServeConfig:
     max_queue: int = 64  # requests waiting or running per worker before "busy"
     idle_expiry_s: float = 900.0
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_sessions: int = 256  # sessions open at once per token (a client that never closes its sessions)
     token: str = ""
 
 
@@ -198,6 +199,7 @@ class Service:
             WorkerHandle(f"gpu{g}" if g is not None else "cpu", g, config, self.root, per_worker) for g in slots
         ]
         self.routes: dict[str, tuple[WorkerHandle, float]] = {}
+        self.opened: dict[str, bytes] = {}  # each open session's request, to open it again in a restarted worker
         self.started = time.time()
 
     # ----- lifecycle --------------------------------------------------------------------------------------------
@@ -217,8 +219,7 @@ class Service:
             cutoff = time.monotonic() - self.config.idle_expiry_s - 5
             for sid, (worker, used) in list(self.routes.items()):
                 if used < cutoff and worker.pending == 0:
-                    self.routes.pop(sid, None)
-                    worker.sessions.discard(sid)
+                    self._forget(sid)
 
     # ----- handlers ---------------------------------------------------------------------------------------------
 
@@ -254,6 +255,7 @@ class Service:
                     "build_jobs": self.config.build_jobs,
                     "idle_expiry_s": self.config.idle_expiry_s,
                     "max_body_bytes": self.config.max_body_bytes,
+                    "max_sessions_per_token": self.config.max_sessions,
                 },
             }
         )
@@ -266,18 +268,32 @@ class Service:
             raise WireError(400, "BAD_REQUEST", "the request body is not JSON") from None
         if not isinstance(parsed, dict):
             raise WireError(400, "BAD_REQUEST", "the request body must be a JSON object")
+        if len(self.opened) >= self.config.max_sessions:  # one token: the cap is the token's
+            raise WireError(
+                429,
+                "TOO_MANY_SESSIONS",
+                f"this token has {len(self.opened)} sessions open (the bound is {self.config.max_sessions}); close "
+                "the ones you no longer use (DELETE), or wait for idle ones to expire",
+                30,
+            )
+        sid = secrets.token_urlsafe(16)
+        forwarded = json.dumps({"id": sid, "task": parsed.get("task")}).encode()
+        status, data, headers = await self._open(sid, forwarded)
+        if status == 200:
+            self.opened[sid] = forwarded
+        return web.Response(status=status, body=data, headers=headers, content_type="application/json")
+
+    async def _open(self, sid: str, forwarded: bytes) -> tuple[int, bytes, dict]:
         live = [w for w in self.workers if w.up]
         if not live:
             raise WireError(503, "WORKER_RESTARTING", "no evaluator worker is up; they are restarting", 5)
         worker = min(live, key=lambda w: (len(w.sessions), w.pending))
         self._check_queue(worker)
-        sid = secrets.token_urlsafe(16)
-        forwarded = json.dumps({"id": sid, "task": parsed.get("task")}).encode()
         status, data, headers = await worker.request("POST", "/sessions", forwarded)
         if status == 200:
             self.routes[sid] = (worker, time.monotonic())
             worker.sessions.add(sid)
-        return web.Response(status=status, body=data, headers=headers, content_type="application/json")
+        return status, data, headers
 
     async def session_call(self, request: web.Request) -> web.Response:
         sid, action = request.match_info["sid"], request.match_info["action"]
@@ -285,6 +301,12 @@ class Service:
         self._check_queue(worker)
         body = await request.read()
         status, data, headers = await worker.request("POST", f"/sessions/{sid}/{action}", body)
+        if status == 404 and sid in self.opened:  # its worker restarted since: the session is opened there again
+            _log(f"session {sid[:8]} lost with a worker restart; opening it again")
+            status, data, headers = await self._open(sid, self.opened[sid])
+            if status == 200:
+                worker = self.routes[sid][0]
+                status, data, headers = await worker.request("POST", f"/sessions/{sid}/{action}", body)
         self.routes[sid] = (worker, time.monotonic())
         if status == 404:
             self._forget(sid)
@@ -308,6 +330,7 @@ class Service:
         return route[0]
 
     def _forget(self, sid: str) -> None:
+        self.opened.pop(sid, None)
         route = self.routes.pop(sid, None)
         if route is not None:
             route[0].sessions.discard(sid)

@@ -1,6 +1,12 @@
 """One evaluator worker of `cudagent serve`: the sessions of one GPU (or of the CPU), in a process of its own that
 sees only its GPU (CUDA_VISIBLE_DEVICES), answering the front over a Unix socket.
 
+A client's task is someone else's code: this process never executes it. Each session's task lives in a process of
+the evaluator's jail (evaluator/task_host.py), which loads it, checks it and runs every reference call; baselines
+are timed there too. What a client sends that cannot be used (a bad task, a path no file system takes) is a 4xx for
+that client; only a failure of the evaluator itself restarts the worker, and the front opens the sessions it held
+again in the new one when their clients come back.
+
 A session is one episode's evaluator port (this machine's, from where.py: its scratch workspace stays, so rebuilds
 stay incremental) and expires when idle. Builds run in parallel up to a bound shared with the host's other workers;
 up to `--concurrency` evaluations run at once, sharing the GPU, and each timing inside them has the GPU to itself:
@@ -30,7 +36,7 @@ from pathlib import Path
 from aiohttp import web
 
 from cudagent.device import share
-from cudagent.evaluator.port import snapshot_digest
+from cudagent.evaluator.port import SnapshotError, snapshot_digest
 from cudagent.serve.wire import WireError, check_task, decode_snapshot
 from cudagent.syntax import guard_every_parse
 
@@ -53,7 +59,9 @@ class Worker:
 
         self.name = args.name
         self.scratch = Path(args.scratch)
-        self.evaluators = evaluators(device=args.device, options=EvalOptions.from_settings(Settings.from_env()))
+        # a client's task is someone else's code: it runs only in the jail, never in this process (task_host.py)
+        options = EvalOptions.from_settings(Settings.from_env(), host_task=True)
+        self.evaluators = evaluators(device=args.device, options=options)
         self.device = self.evaluators.device_info
         self.idle_s = args.idle
         # the device share's lock for this worker's sessions (their threads): work shares the GPU, a timing has it alone
@@ -189,9 +197,16 @@ class Worker:
             session.last_used = time.monotonic()
 
     async def _guarded(self, work, what: str):
-        """Run the port's work; a failure of the evaluator itself ends this worker (restarted by the front)."""
+        """Run the port's work; a failure of the evaluator itself ends this worker (restarted by the front). What a
+        client sent that cannot be used is a 4xx for that client alone, never a restart."""
+        from cudagent.errors import CudagentError
+
         try:
             return await work
+        except SnapshotError as exc:
+            raise WireError(400, "BAD_SNAPSHOT", str(exc)) from None
+        except CudagentError as exc:
+            raise WireError(422, "BAD_TASK", exc.message) from None
         except Exception as exc:  # noqa: BLE001  (never a verdict from an evaluator that failed)
             self.failed = True
             self.log(f"the {what} failed inside the evaluator; this worker stops:\n{traceback.format_exc()}")

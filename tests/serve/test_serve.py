@@ -398,3 +398,73 @@ def test_two_timed_evaluations_at_once_hold_the_device_one_after_the_other(servi
     assert {sid for *_, sid in spans} == ours  # both timed, and the log says so
     for (_, end, _), (start, _, _) in zip(spans, spans[1:]):
         assert end <= start, spans  # one timing at a time
+
+
+# ----- the service's side of the boundary (tests/adversarial/test_agent_boundary.py has the agent's) ---------------
+
+
+def _snapshot(files: dict[str, str]) -> dict:
+    import base64
+
+    return {"files": {p: base64.b64encode(t.encode()).decode() for p, t in files.items()}}
+
+
+SOLUTION = {
+    "model_new.py": MODEL_NEW,
+    "kernels/axpby_cpu.cpp": (ROOT / "examples/solutions/cpu/axpby/kernels/axpby_cpu.cpp").read_text(),
+}
+
+
+def test_a_clients_task_runs_only_in_the_jail(service, tmp_path):
+    """A task whose module runs a command and writes a file when it is loaded: the session opens, the reference and
+    the baselines serve their verdicts, and nothing of it reached this machine. (Defence off: the same task loaded
+    as a local evaluator loads the user's own, in its process, writes both at once.)"""
+    marker = tmp_path / "marker"
+    evil = (
+        f"import os\nos.system('touch {marker}-command; cat /proc/1/cmdline > {marker}-pid1')\n"
+        f"try:\n    open('{marker}-file', 'w').write('written by a client')\nexcept OSError:\n    pass\n" + TASK
+    )
+    status, opened = service.post("/v1/sessions", {"task": {"name": "axpby_evil", "source": evil}})
+    assert status == 200, opened
+    sid = opened["session"]
+    status, body = service.post(f"/v1/sessions/{sid}/evaluate", {**_snapshot(SOLUTION), "timing": True})
+    assert status == 200, body
+    assert body["verdict"]["correct"] and body["verdict"]["time_ms"]["eager"], body["verdict"]
+    assert service.request("DELETE", f"/v1/sessions/{sid}")[0] == 200
+    assert not list(tmp_path.glob("marker*")), list(tmp_path.glob("marker*"))
+    # defence off: executed in this process, as a user's own task is
+    assert Task("axpby_evil", evil, tmp_path / "axpby_evil.py").module.Model
+    assert {p.name for p in tmp_path.glob("marker*")} == {"marker-command", "marker-pid1", "marker-file"}
+
+
+def test_bad_input_is_a_4xx_a_restart_keeps_the_other_sessions_and_sessions_are_capped(tmp_path):
+    svc = ServiceProcess(tmp_path / "svc", "--max-sessions", "2").start()
+    try:
+        opened = [svc.post("/v1/sessions", {"task": {"name": f"axpby_{i}", "source": TASK}}) for i in range(3)]
+        assert [s for s, _ in opened] == [200, 200, 429], opened
+        assert opened[2][1]["error"]["code"] == "TOO_MANY_SESSIONS"
+        a, b = opened[0][1]["session"], opened[1][1]["session"]
+        assert svc.post(f"/v1/sessions/{a}/build", _snapshot(SOLUTION))[0] == 200
+        # a path the file system cannot take, beside the other client's open session: 400, no restart
+        long_path = "kernels/" + "k" * 300 + ".cpp"
+        status, body = svc.post(f"/v1/sessions/{b}/build", _snapshot({long_path: "// x\n"}))
+        assert status == 400 and body["error"]["code"] == "BAD_SNAPSHOT", body
+        status, body = svc.post(f"/v1/sessions/{a}/evaluate", {**_snapshot(SOLUTION), "timing": False})
+        assert status == 200 and body["verdict"]["correct"], body
+        assert svc.get("/v1/info")[1]["workers"][0]["restarts"] == 0
+        # the worker killed outright: once it is back, both sessions answer under their own ids
+        (worker,) = [int(c) for c in open(f"/proc/{svc.proc.pid}/task/{svc.proc.pid}/children").read().split()]
+        os.kill(worker, 9)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            status, body = svc.post(f"/v1/sessions/{a}/evaluate", {**_snapshot(SOLUTION), "timing": False})
+            if status != 503:
+                break
+            time.sleep(0.5)
+        assert status == 200 and body["verdict"]["correct"], body
+        status, body = svc.post(f"/v1/sessions/{b}/build", _snapshot(SOLUTION))
+        assert status == 200 and body["build"]["ok"], body
+        assert svc.get("/v1/info")[1]["workers"][0]["restarts"] == 1
+        assert "lost with a worker restart; opening it again" in svc.log.read_text()
+    finally:
+        svc.kill()

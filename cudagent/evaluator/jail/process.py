@@ -37,6 +37,7 @@ from cudagent.procs import (
     gib,
     innermost,
     physical_memory_bytes,
+    popen_lasting,
     process_tree,
 )
 from cudagent.resources import PACKAGE_DIR
@@ -159,7 +160,7 @@ class ChildProcess:
                 self.proc = None
         if self.proc is None:
             command = [sys.executable, "-s", "-m", "cudagent.evaluator.jail.entry", *args, "--fd", str(theirs.fileno())]
-            self.proc = subprocess.Popen(
+            self.proc = popen_lasting(
                 [*self.wrapper, *(view.argv(command) if view is not None else command)],
                 pass_fds=(theirs.fileno(),),
                 env=env,

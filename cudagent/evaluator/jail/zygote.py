@@ -33,7 +33,7 @@ import threading
 import time
 import traceback
 
-from cudagent.procs import BoundedOutput, drain, end_tree, kill_group, outer_pid
+from cudagent.procs import BoundedOutput, drain, end_tree, kill_group, outer_pid, popen_lasting
 
 MAX_PACKET = 1 << 20
 REAP_PERIOD_S = 0.05
@@ -156,7 +156,7 @@ class Zygote:
         self.output = BoundedOutput(head=4096, tail=16384)
         command = [sys.executable, "-s", "-m", "cudagent.evaluator.jail.zygote", "--fd", str(theirs.fileno())]
         self.jailed = view is not None
-        self.proc = subprocess.Popen(
+        self.proc = popen_lasting(  # it dies with its parent: started from a thread that lasts
             view.argv(command) if view is not None else command,
             pass_fds=(theirs.fileno(),),
             env=env,

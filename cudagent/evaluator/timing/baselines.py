@@ -99,15 +99,19 @@ class Baseline:
 class ReferenceWorker:
     """A clean child holding one form of the reference (eager, or compiled) and its own input sets."""
 
-    def __init__(self, task: Task, device: DeviceInfo, compile_mode: str | None):
-        self.task, self.device, self.compile_mode = task, device, compile_mode
+    def __init__(self, task: Task, device: DeviceInfo, compile_mode: str | None, cell=None):
+        """`cell` (the evaluator's jail, a callable): a task whose code is not trusted is timed in the jail, with
+        compiler caches of its own (a shared one would be theirs to poison)."""
+        self.task, self.device, self.compile_mode, self.cell = task, device, compile_mode, cell
         self.child: ChildProcess | None = None
 
     def _started(self) -> ChildProcess:
         if self.child is None:
             # CUDA and the profiler set up at start, while the reference loads and compiles: the profiler's first
             # session costs seconds, which would otherwise fall inside the kernel breakdown, on the device alone
-            child = ChildProcess(extra_env=compile_cache_env(), device=self.device.kind, warm_profiler=True)
+            jailed = self.cell() if self.cell is not None else None
+            env = {} if jailed is not None else compile_cache_env()
+            child = ChildProcess(extra_env=env, device=self.device.kind, warm_profiler=True, cell=jailed)
             child.start()
             base = {"name": self.task.name, "source": self.task.source, "device": self.device.kind}
             seeds = [secrets.randbits(62) for _ in range(INPUT_SETS)]
@@ -157,11 +161,11 @@ class ReferenceWorker:
 class Baselines:
     """Clean eager and compiled timings of one task on one device: cached, or measured by the worker."""
 
-    def __init__(self, task: Task, device: DeviceInfo, compile_mode: str, plan: Plan):
+    def __init__(self, task: Task, device: DeviceInfo, compile_mode: str, plan: Plan, cell=None):
         self.task, self.device, self.compile_mode, self.plan = task, device, compile_mode, plan
         self.workers = {
-            "eager": ReferenceWorker(task, device, None),
-            "compile": ReferenceWorker(task, device, compile_mode),
+            "eager": ReferenceWorker(task, device, None, cell),
+            "compile": ReferenceWorker(task, device, compile_mode, cell),
         }
         self._memo: dict[str, Baseline | None] = {}
         self.notes: list[str] = []

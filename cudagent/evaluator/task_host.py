@@ -1,0 +1,221 @@
+"""A task whose code is not trusted (a `cudagent serve` client's, a generated one), run only in the jail.
+
+    task = HostedTask(load_task(path), device_kind, cell)   # what the evaluator calls on a Task, served from a jail
+    model = task.build_model(seed, device); task.run(model, task.make_inputs(seed, device)); task.close()
+
+A plain Task executes its file in the evaluator's own process: right for the user's own model and tasks, wrong for
+text someone else sent, whose module-level code would run as the service, beside every other client's sessions. A
+HostedTask never executes its source here: a process in the evaluator's jail (the candidates' cell: its own
+namespaces, Landlock and seccomp, no capability, a scratch of its own) loads it from the text, and every reference
+call (the task's check, weights, inputs, forward calls, sizes, cost) is a request to it over the evaluator's wire.
+Its models stay there, as handles (`HostedModel`); tensors come back as data, never as code (wire.py decodes no
+pickle). What that process could do wrong is limited to the answers it gives, which only its own session reads.
+
+Child side: `TaskHostOps`, the request handlers (`op_host_*`) the child's Harness (child.py) has.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from cudagent.errors import TaskError
+from cudagent.procs import physical_memory_bytes
+from cudagent.task import DEFAULT_TASK_TIMEOUT_S, Task, TaskNeedsGPU, TaskSizes
+from cudagent.trees import to_device
+
+HOST_TIMEOUT_S = 600.0  # one request of the host (a forward call of a large reference, a draw of its inputs)
+
+
+class HostedModel:
+    """The reference model of a HostedTask: a handle to a model in the task's process."""
+
+    def __init__(self, host: HostedTask, handle: int):
+        self.host, self.handle = host, handle
+
+    def state_dict(self) -> dict:
+        return self.host.request({"op": "host_state", "id": self.handle}, "reading the reference's weights")["state"]
+
+    def load_state_dict(self, state: dict, strict: bool = True) -> None:
+        self.host.request({"op": "host_load_state", "id": self.handle, "state": state}, "loading weights")
+
+    def __del__(self):
+        self.host.release(self.handle)
+
+
+class HostedTask(Task):
+    """A Task served from a jailed process; see the module's note. `cell()` gives the evaluator's jail."""
+
+    def __init__(self, task: Task, device: str, cell, memory_limit_bytes: int | None = None):
+        super().__init__(task.name, task.source, task.path)
+        self._device, self._cell, self._memory = device, cell, memory_limit_bytes
+        self._child = None
+        self._lock = threading.RLock()
+        self._released: list[int] = []
+        self._init: list | None = None
+
+    @property
+    def module(self):
+        raise TaskError(f"{self.filename} is hosted in the jail; its module is never executed in this process")
+
+    # ----- the process -----------------------------------------------------------------------------------------
+
+    def request(self, msg: dict, what: str, timeout_s: float = HOST_TIMEOUT_S) -> dict:
+        from cudagent.evaluator.jail.process import ChildFailure
+
+        with self._lock:
+            child = self._started()
+            if self._released:
+                msg = {**msg, "release": self._released}
+                self._released = []
+            try:
+                reply = child.request(msg, timeout_s=timeout_s, max_bytes=physical_memory_bytes() // 2, what=what)
+            except ChildFailure as exc:
+                self._stop()
+                raise TaskError(f"{self.filename}: the task's process failed while {what}: {exc.message}") from None
+        if not reply.get("ok", False):
+            if reply.get("needs_gpu"):
+                raise TaskNeedsGPU(reply["task_error"])
+            raise TaskError(reply.get("task_error") or f"{self.filename}: {what} failed: {reply.get('error')}")
+        return reply
+
+    def _started(self):
+        if self._child is None:
+            from cudagent.evaluator.jail.process import ChildProcess
+
+            child = ChildProcess(device=self._device, cell=self._cell(), memory_limit_bytes=self._memory)
+            child.start()
+            reply = child.request(
+                {"op": "host_load", "name": self.name, "source": self.source, "filename": self.filename},
+                timeout_s=DEFAULT_TASK_TIMEOUT_S,
+                what="loading the task",
+            )
+            if not reply.get("ok", False):
+                child.close()
+                raise TaskError(reply.get("task_error") or f"{self.filename} could not be loaded: {reply.get('error')}")
+            self._child = child
+        return self._child
+
+    def release(self, handle: int) -> None:
+        self._released.append(handle)  # told with the next request: a finalizer sends nothing itself
+
+    def _stop(self) -> None:
+        if self._child is not None:
+            self._child.close()
+            self._child = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+    # ----- what the evaluator calls on a Task ------------------------------------------------------------------
+
+    def validate(self, device: str, timeout_s: float | None = None):
+        """The task's check (task.validate_task), run in its process; one reference output."""
+        limit = timeout_s or DEFAULT_TASK_TIMEOUT_S
+        reply = self.request({"op": "host_validate", "device": device, "timeout": limit}, "checking the task", limit)
+        return to_device(reply["output"], device)
+
+    def init_inputs(self) -> list:
+        if self._init is None:
+            self._init = list(self.request({"op": "host_init_inputs"}, "calling get_init_inputs")["init"])
+        return list(self._init)
+
+    def build_model(self, seed: int, device: str) -> HostedModel:
+        reply = self.request({"op": "host_build", "seed": seed, "device": device}, "building the reference")
+        return HostedModel(self, reply["id"])
+
+    def make_inputs(self, seed: int, device: str) -> list:
+        reply = self.request({"op": "host_inputs", "seed": seed, "device": device}, "drawing inputs")
+        return [to_device(x, device) for x in reply["inputs"]]
+
+    def run(self, model: HostedModel, inputs: list):
+        reply = self.request({"op": "host_run", "id": model.handle, "inputs": inputs}, "running the reference")
+        return to_device(reply["output"], self._device)
+
+    def sizes_on_meta(self) -> TaskSizes | None:
+        sizes = self.request({"op": "host_sizes"}, "sizing the task")["sizes"]
+        return TaskSizes(**sizes) if sizes is not None else None
+
+    def cost(self, device: str) -> dict:
+        """The reference's bytes and FLOPs for one call (timing/roofline.task_cost, computed in its process)."""
+        return self.request({"op": "host_cost", "device": device}, "counting the reference's cost")["cost"]
+
+
+class TaskHostOps:
+    """The child's side: handlers the Harness (child.py) dispatches `host_*` requests to. A task's error comes back
+    as `task_error` (its message, for the client), never as a failure of the process."""
+
+    hosted: Task | None = None
+    hosted_models: dict
+
+    def op_host_load(self, msg: dict) -> dict:
+        from pathlib import Path
+
+        self.hosted = Task(name=msg["name"], source=msg["source"], path=Path(msg["filename"]))
+        self.hosted_models = {}
+        return self._hosting(msg, lambda: {"loaded": self.hosted.module.__name__})
+
+    def op_host_validate(self, msg: dict) -> dict:
+        from cudagent.task import validate_task
+
+        self._use_device(msg["device"])
+        return self._hosting(msg, lambda: {"output": validate_task(self.hosted, msg["device"], float(msg["timeout"]))})
+
+    def op_host_init_inputs(self, msg: dict) -> dict:
+        return self._hosting(msg, lambda: {"init": self.hosted.init_inputs()})
+
+    def op_host_build(self, msg: dict) -> dict:
+        def build():
+            handle = max(self.hosted_models, default=0) + 1
+            self.hosted_models[handle] = self.hosted.build_model(int(msg["seed"]), msg["device"])
+            return {"id": handle}
+
+        self._use_device(msg["device"])
+        return self._hosting(msg, build)
+
+    def op_host_state(self, msg: dict) -> dict:
+        model = self.hosted_models[int(msg["id"])]
+        return self._hosting(msg, lambda: {"state": {k: v.detach().cpu() for k, v in model.state_dict().items()}})
+
+    def op_host_load_state(self, msg: dict) -> dict:
+        model = self.hosted_models[int(msg["id"])]
+        return self._hosting(msg, lambda: {"loaded": str(model.load_state_dict(msg["state"], strict=True))})
+
+    def op_host_inputs(self, msg: dict) -> dict:
+        return self._hosting(msg, lambda: {"inputs": self.hosted.make_inputs(int(msg["seed"]), msg["device"])})
+
+    def op_host_run(self, msg: dict) -> dict:
+        model = self.hosted_models[int(msg["id"])]
+        inputs = [to_device(x, str(self.device)) for x in msg["inputs"]]
+        return self._hosting(msg, lambda: {"output": self.hosted.run(model, inputs)})
+
+    def op_host_sizes(self, msg: dict) -> dict:
+        from dataclasses import asdict
+
+        def sizes():
+            found = self.hosted.sizes_on_meta()
+            return {"sizes": asdict(found) if found is not None else None}
+
+        return self._hosting(msg, sizes)
+
+    def op_host_cost(self, msg: dict) -> dict:
+        import secrets
+
+        from cudagent.evaluator.timing.roofline import task_cost
+
+        def cost():
+            model = self.hosted.build_model(secrets.randbits(62), msg["device"])
+            inputs = self.hosted.make_inputs(secrets.randbits(62), msg["device"])
+            return {"cost": task_cost(model, inputs, self.hosted.run(model, inputs)).to_dict()}
+
+        return self._hosting(msg, cost)
+
+    def _hosting(self, msg: dict, work) -> dict:
+        for handle in msg.get("release") or []:  # models the parent no longer holds
+            self.hosted_models.pop(int(handle), None)
+        try:
+            return work()
+        except TaskNeedsGPU as exc:
+            return {"ok": False, "task_error": exc.message, "needs_gpu": True}
+        except TaskError as exc:
+            return {"ok": False, "task_error": exc.message}
