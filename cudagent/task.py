@@ -144,6 +144,10 @@ class Task:
     def close(self) -> None:
         """Give back what serving the task holds (nothing, for a task executed in this process)."""
 
+    def held(self):
+        """A stretch of calls whose models outlive each call (an evaluation); nothing to hold in this process."""
+        return nullcontext()
+
     def _call(self, name: str):
         try:
             return getattr(self.module, name)()

@@ -106,7 +106,6 @@ TOOL_SPECS: list[dict] = [
         "parameters": {
             "type": "object",
             "properties": {"summary": {"type": "string", "description": "what you built and what you found"}},
-            "required": ["summary"],
         },
     },
 ]

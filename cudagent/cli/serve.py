@@ -47,6 +47,11 @@ def serve(
         900.0, help="Seconds after which an idle session's build directory is removed.", rich_help_panel=LIMITS_PANEL
     ),
     max_body_mb: float = typer.Option(24.0, help="Largest request body, in MiB.", rich_help_panel=LIMITS_PANEL),
+    task_processes: int = typer.Option(
+        4,
+        help="Jailed processes per GPU that run sessions' tasks (the reference); idle ones make room for others.",
+        rich_help_panel=LIMITS_PANEL,
+    ),
     max_sessions: int = typer.Option(
         256,
         help="Sessions open at once for the token; beyond it opening one answers 429.",
@@ -62,7 +67,7 @@ def serve(
     if device not in ("cuda", "cpu"):
         raise typer.BadParameter("use cuda or cpu", param_hint="--device")
     bounds = (("concurrency", concurrency), ("max-queue", max_queue), ("idle-expiry", idle_expiry))
-    for name, value in (*bounds, ("max-sessions", max_sessions)):
+    for name, value in (*bounds, ("max-sessions", max_sessions), ("task-processes", task_processes)):
         if value <= 0:
             raise typer.BadParameter("must be positive", param_hint=f"--{name}")
     if not 0 < port < 65536:
@@ -80,6 +85,7 @@ def serve(
         idle_expiry_s=idle_expiry,
         max_body_bytes=int(max_body_mb * (1 << 20)),
         max_sessions=max_sessions,
+        task_processes=task_processes,
         token=token,
     )
     say = _say

@@ -315,6 +315,10 @@ class Evaluator:
         return self.device.is_cuda and not alone() and DEVICE_OOM.search(text or "") is not None
 
     def _evaluate(self, ws: Workspace, timing: bool | None = None) -> Verdict:
+        with self.task.held():  # a hosted task's process stays for the whole evaluation (task_host.py)
+            return self._evaluate_held(ws, timing)
+
+    def _evaluate_held(self, ws: Workspace, timing: bool | None = None) -> Verdict:
         timing = self.options.timing if timing is None else timing
         t0 = time.monotonic()
         timeline = Timeline(t0)

@@ -11,11 +11,16 @@ call (the task's check, weights, inputs, forward calls, sizes, cost) is a reques
 Its models stay there, as handles (`HostedModel`); tensors come back as data, never as code (wire.py decodes no
 pickle). What that process could do wrong is limited to the answers it gives, which only its own session reads.
 
+Such processes cost memory (torch, a CUDA context): at most `HOSTS.limit` live in one evaluator process (a service's
+worker holds many sessions), the least recently used idle one stopped to make room for another; a stopped task
+starts again on its next request (its state is only the loaded module: every model is built from a seed).
+
 Child side: `TaskHostOps`, the request handlers (`op_host_*`) the child's Harness (child.py) has.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 from cudagent.errors import TaskError
@@ -24,6 +29,55 @@ from cudagent.task import DEFAULT_TASK_TIMEOUT_S, Task, TaskNeedsGPU, TaskSizes
 from cudagent.trees import to_device
 
 HOST_TIMEOUT_S = 600.0  # one request of the host (a forward call of a large reference, a draw of its inputs)
+DEFAULT_HOSTS = 4  # task processes alive at once in one process (`cudagent serve --task-processes`)
+
+
+class Hosts:
+    """The task processes alive in this process: at most `limit`; see the module's note."""
+
+    def __init__(self, limit: int = DEFAULT_HOSTS):
+        self.limit = limit
+        self._cond = threading.Condition()
+        self._live: dict[HostedTask, float] = {}  # last used, by clock
+        self._busy: dict[HostedTask, int] = {}  # holders of each (an evaluation, a request within it)
+        self.peak = 0  # the most alive at once (what a test or /info reads)
+
+    def acquire(self, task: HostedTask) -> None:
+        """Room for `task`'s process (alive already, or started by the caller next), held until release()."""
+        import time
+
+        with self._cond:
+            while task not in self._live and len(self._live) >= self.limit:
+                idle = [t for t in self._live if t not in self._busy]
+                if idle:
+                    victim = min(idle, key=self._live.__getitem__)
+                    del self._live[victim]
+                    victim._stop()
+                else:
+                    self._cond.wait()
+            self._live[task] = time.monotonic()
+            self._busy[task] = self._busy.get(task, 0) + 1
+            self.peak = max(self.peak, len(self._live))
+
+    def release(self, task: HostedTask, alive: bool = True) -> None:
+        with self._cond:
+            left = self._busy.get(task, 0) - 1
+            if left > 0:
+                self._busy[task] = left
+            else:
+                self._busy.pop(task, None)
+            if not alive and left <= 0:
+                self._live.pop(task, None)
+            self._cond.notify_all()
+
+    def forget(self, task: HostedTask) -> None:
+        with self._cond:
+            self._live.pop(task, None)
+            self._busy.pop(task, None)
+            self._cond.notify_all()
+
+
+HOSTS = Hosts()
 
 
 class HostedModel:
@@ -45,6 +99,9 @@ class HostedModel:
 class HostedTask(Task):
     """A Task served from a jailed process; see the module's note. `cell()` gives the evaluator's jail."""
 
+    __eq__ = object.__eq__  # each one is its own process: compared and kept (in HOSTS) by identity
+    __hash__ = object.__hash__
+
     def __init__(self, task: Task, device: str, cell, memory_limit_bytes: int | None = None):
         super().__init__(task.name, task.source, task.path)
         self._device, self._cell, self._memory = device, cell, memory_limit_bytes
@@ -63,15 +120,18 @@ class HostedTask(Task):
         from cudagent.evaluator.jail.process import ChildFailure
 
         with self._lock:
-            child = self._started()
-            if self._released:
-                msg = {**msg, "release": self._released}
-                self._released = []
+            HOSTS.acquire(self)
             try:
+                child = self._started()
+                if self._released:
+                    msg = {**msg, "release": self._released}
+                    self._released = []
                 reply = child.request(msg, timeout_s=timeout_s, max_bytes=physical_memory_bytes() // 2, what=what)
             except ChildFailure as exc:
                 self._stop()
                 raise TaskError(f"{self.filename}: the task's process failed while {what}: {exc.message}") from None
+            finally:
+                HOSTS.release(self, alive=self._child is not None)
         if not reply.get("ok", False):
             if reply.get("needs_gpu"):
                 raise TaskNeedsGPU(reply["task_error"])
@@ -95,17 +155,30 @@ class HostedTask(Task):
             self._child = child
         return self._child
 
+    @contextlib.contextmanager
+    def held(self):
+        """Keep the task's process for a stretch of requests whose models must outlive each request (an evaluation):
+        it is not stopped to make room meanwhile."""
+        HOSTS.acquire(self)
+        try:
+            yield
+        finally:
+            HOSTS.release(self, alive=self._child is not None)
+
     def release(self, handle: int) -> None:
         self._released.append(handle)  # told with the next request: a finalizer sends nothing itself
 
     def _stop(self) -> None:
+        """End the process (its models with it: handles still held elsewhere name nothing any more)."""
         if self._child is not None:
             self._child.close()
             self._child = None
+            self._released = []
 
     def close(self) -> None:
         with self._lock:
             self._stop()
+            HOSTS.forget(self)
 
     # ----- what the evaluator calls on a Task ------------------------------------------------------------------
 

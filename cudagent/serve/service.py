@@ -59,6 +59,7 @@ class ServeConfig:
     idle_expiry_s: float = 900.0
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_sessions: int = 256  # sessions open at once per token (a client that never closes its sessions)
+    task_processes: int = 4  # per worker: the jailed processes that hold sessions' tasks (evaluator/task_host.py)
     token: str = ""
 
 
@@ -125,6 +126,7 @@ class WorkerHandle:
             sys.executable, "-m", "cudagent.serve.worker", "--socket", self.socket, "--scratch", str(scratch),
             "--name", self.name, "--device", self.config.device, "--concurrency", str(self.config.concurrency),
             "--build-jobs", str(self.build_jobs), "--idle", str(self.config.idle_expiry_s),
+            "--task-processes", str(self.config.task_processes),
         ]  # fmt: skip
         self.proc = await asyncio.create_subprocess_exec(*argv, env=env, stdin=asyncio.subprocess.DEVNULL)
         deadline = time.monotonic() + WORKER_START_TIMEOUT_S
@@ -172,6 +174,14 @@ class WorkerHandle:
             ) from None
         finally:
             self.pending -= 1
+
+    async def own_info(self) -> dict:
+        """What the worker says of itself (GET /info), or {} while it is down."""
+        try:
+            status, data, _ = await self.request("GET", "/info", None)
+            return json.loads(data) if status == 200 else {}
+        except (WireError, ValueError):
+            return {}
 
     async def stop(self) -> None:
         self._stopping = True
@@ -229,6 +239,7 @@ class Service:
         return web.json_response({"status": status, "workers_up": up, "workers": len(self.workers)})
 
     async def info(self, request: web.Request) -> web.Response:
+        own = {w.name: await w.own_info() for w in self.workers}
         return web.json_response(
             {
                 "cudagent": cudagent.__version__,
@@ -245,6 +256,7 @@ class Service:
                         "sessions": len(w.sessions),
                         "queue": w.pending,
                         "restarts": w.restarts,
+                        "task_processes": own[w.name].get("task_processes"),
                     }
                     for w in self.workers
                 ],
@@ -256,6 +268,7 @@ class Service:
                     "idle_expiry_s": self.config.idle_expiry_s,
                     "max_body_bytes": self.config.max_body_bytes,
                     "max_sessions_per_token": self.config.max_sessions,
+                    "task_processes_per_worker": self.config.task_processes,
                 },
             }
         )

@@ -37,6 +37,7 @@ from aiohttp import web
 
 from cudagent.device import share
 from cudagent.evaluator.port import SnapshotError, snapshot_digest
+from cudagent.evaluator.task_host import HOSTS
 from cudagent.serve.wire import WireError, check_task, decode_snapshot
 from cudagent.syntax import guard_every_parse
 
@@ -61,6 +62,7 @@ class Worker:
         self.scratch = Path(args.scratch)
         # a client's task is someone else's code: it runs only in the jail, never in this process (task_host.py)
         options = EvalOptions.from_settings(Settings.from_env(), host_task=True)
+        HOSTS.limit = max(1, args.task_processes)
         self.evaluators = evaluators(device=args.device, options=options)
         self.device = self.evaluators.device_info
         self.idle_s = args.idle
@@ -111,6 +113,7 @@ class Worker:
                 "timing": self.timing,
                 "timing_waiting": self.timing_waiting,
                 "timed": self.timed,
+                "task_processes": {"limit": HOSTS.limit, "peak": HOSTS.peak},
             }
         )
 
@@ -312,6 +315,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--build-jobs", type=int, default=2)
     parser.add_argument("--idle", type=float, default=900.0)
+    parser.add_argument("--task-processes", type=int, default=4)
     args = parser.parse_args()
     die_with_parent()
     guard_every_parse()  # the sessions' threads parse candidates at once (syntax.py)
