@@ -6,7 +6,7 @@ The parent spawns it with a sanitized environment, its own process group and a p
 talks to it over the socket `N` (wire.py). The child never sees the reference's outputs: it runs what it is asked
 to, reports what it observed, and the parent judges. Role `reference` loads only the task, from text the parent
 sends, and never imports candidate code; it times the eager and compiled baselines. A process that hosts a task
-whose code is not trusted (task_host.py: TaskHostOps, the `host_*` requests) serves its reference calls.
+whose code is not trusted (task_host.py; host_ops.py: the `host_*` requests) serves its reference calls.
 
 One module of about 420 lines, most of it the Harness: one object holding what the process keeps across its
 requests (the loaded model, the last call's inputs and outputs, the timing sets and targets, where the candidate's
@@ -27,14 +27,14 @@ import torch
 
 import cudagent.evaluator.audit.runtime_audit as audit
 import cudagent.evaluator.build.inline as inline
+import cudagent.evaluator.host_ops as host_ops
 import cudagent.evaluator.jail.confine as confine
 import cudagent.evaluator.jail.privileges as isolation
-import cudagent.evaluator.task_host as task_host
 import cudagent.evaluator.timing.measure as measure
 import cudagent.evaluator.transforms as transforms
 import cudagent.evaluator.wire as wire
 import cudagent.trees as trees
-from cudagent.evaluator.task_host import TaskHostOps
+from cudagent.evaluator.host_ops import TaskHostOps
 from cudagent.evaluator.timing.measure import Plan
 from cudagent.evaluator.wire import Channel, ChannelClosed
 from cudagent.trees import tensors
@@ -365,7 +365,7 @@ class Harness(TaskHostOps):
 
 def _harness_modules() -> list:
     """The modules whose code decides what this process reports."""
-    return [sys.modules[__name__], audit, measure, transforms, trees, wire, isolation, confine, task_host]
+    return [sys.modules[__name__], audit, measure, transforms, trees, wire, isolation, confine, host_ops]
 
 
 def _bitwise_equal(a, b) -> bool:

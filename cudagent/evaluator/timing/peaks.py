@@ -1,4 +1,4 @@
-"""The device's measured ceilings: memory bandwidth and matrix-product rates.
+"""The device's measured ceilings (roofline.Peaks): memory bandwidth and matrix-product rates.
 
 Datasheet numbers are leads; these are measured once per device in a clean child process (peak_rates.py, the
 child's side) and cached here, in the parent, and the physical floor and the roofline percentages are computed
@@ -10,28 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass
 
 from cudagent.device.info import DeviceInfo
+from cudagent.evaluator.timing.roofline import Peaks
 from cudagent.resources import cache_dir
 
 PEAKS_VERSION = "1"
-
-
-@dataclass(frozen=True)
-class Peaks:
-    bandwidth_gbs: float  # device-to-device copy, bytes read plus bytes written, GB/s
-    fp32_tflops: float  # float32 matrix product, no TF32
-    tf32_tflops: float | None  # float32 matrix product with TF32 (CUDA only)
-    bf16_tflops: float | None  # bfloat16 matrix product on tensor cores (CUDA only)
-
-    @property
-    def best_tflops(self) -> float:
-        """The fastest arithmetic a candidate may legitimately use (reduced precision passes the tolerance)."""
-        return max(x for x in (self.fp32_tflops, self.tf32_tflops, self.bf16_tflops) if x)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _cache_path(device: DeviceInfo) -> str:

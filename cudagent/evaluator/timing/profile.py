@@ -37,8 +37,7 @@ from cudagent.evaluator.jail.process import ChildProcess
 from cudagent.evaluator.judge import Extension, judge_tampering
 from cudagent.evaluator.timing.baselines import Baseline, BaselineError, Baselines, Measurement
 from cudagent.evaluator.timing.measure import INPUT_SETS, Plan, draw_input_sets
-from cudagent.evaluator.timing.peaks import Peaks
-from cudagent.evaluator.timing.roofline import TaskCost, achieved, floor_ms
+from cudagent.evaluator.timing.roofline import Peaks, TaskCost, achieved, floor_ms
 from cudagent.evaluator.transforms import InputSpec, ParamStream
 from cudagent.evaluator.verdict import TimeStats, Verdict, reward_tier
 from cudagent.task import Task

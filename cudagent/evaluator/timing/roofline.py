@@ -11,8 +11,23 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from cudagent.evaluator.timing.peaks import Peaks
 from cudagent.trees import nbytes
+
+
+@dataclass(frozen=True)
+class Peaks:
+    bandwidth_gbs: float  # device-to-device copy, bytes read plus bytes written, GB/s
+    fp32_tflops: float  # float32 matrix product, no TF32
+    tf32_tflops: float | None  # float32 matrix product with TF32 (CUDA only)
+    bf16_tflops: float | None  # bfloat16 matrix product on tensor cores (CUDA only)
+
+    @property
+    def best_tflops(self) -> float:
+        """The fastest arithmetic a candidate may legitimately use (reduced precision passes the tolerance)."""
+        return max(x for x in (self.fp32_tflops, self.tf32_tflops, self.bf16_tflops) if x)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
