@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -66,8 +67,8 @@ def default_limits() -> Limits:
 
 
 def command_env() -> dict[str, str]:
-    """The environment a model's command runs with: the allow-list's variables of ours, a HOME and TMPDIR of its
-    own (under bwrap an empty memory file system; otherwise the machine's temporary folder)."""
+    """The allow-list's variables of ours; Sandbox.run adds a HOME of the sandbox's own (under bwrap an empty memory
+    file system, with TMPDIR; otherwise a folder made for the run)."""
     env = {k: v for k, v in os.environ.items() if k in ALLOWED_ENV or _LOCALE.fullmatch(k)}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     return env
@@ -78,6 +79,7 @@ class Sandbox:
     mode: str  # "bwrap", "limits" or "none"
     limits: Limits = field(default_factory=Limits)
     note: str = ""  # why this mode, when it is not the one asked for
+    home: str = ""  # outside bwrap: the HOME of its commands, a folder made for the run
 
     def command(self, argv: list[str], workspace: Path, protected: list[Path]) -> list[str]:
         """`argv` wrapped to run in `workspace` under this sandbox."""
@@ -109,6 +111,8 @@ class Sandbox:
         env = command_env()
         if self.mode == "bwrap":
             env.update(HOME=SANDBOX_HOME, TMPDIR="/tmp")
+        else:  # not the user's home: programs that write there (caches, histories) get a folder of the sandbox's
+            env["HOME"] = self._scratch_home()
         return run_bounded(
             self.command(["bash", "-c", command], workspace, protected),
             timeout_s=timeout_s,
@@ -117,6 +121,11 @@ class Sandbox:
             limits=self.limits,
             cancel=cancel,
         )
+
+    def _scratch_home(self) -> str:
+        if not self.home:
+            self.home = tempfile.mkdtemp(prefix="cudagent-shell-home-")
+        return self.home
 
     def describe(self) -> str:
         if self.mode == "bwrap":

@@ -222,7 +222,9 @@ def test_the_shell_sees_the_system_and_the_toolchain_not_the_user(tmp_path, monk
     probe += " && echo toolchain-ok"
     try:
         obs = call(box, "bash", command=probe, timeout=120)
-        off = shell.Sandbox("limits", SMALL).run(f"cat {reads[0]}; cat {token}", ws.root, [], 30)
+        connect = "python3 -c \"import socket; socket.socket(socket.AF_UNIX).connect('%s'); print('connected')\""
+        connect %= sock_path
+        off = shell.Sandbox("limits", SMALL).run(f"cat {reads[0]}; cat {token}; {connect}", ws.root, [], 30)
     finally:
         server.close()
     for secret in ("PRIVATE KEY", "another run's history", "service-token", "hunter2", "ghp_secret", "root:"):
@@ -230,7 +232,7 @@ def test_the_shell_sees_the_system_and_the_toolchain_not_the_user(tmp_path, monk
     assert "toolchain-ok" in obs.text, obs.text  # Python and torch are there
     assert "No such file or directory" in obs.text  # the socket's folder does not exist in the view
     # defence off: without the view (limits), the same reads get the secrets
-    assert "PRIVATE KEY" in off.output and "service-token" in off.output
+    assert "PRIVATE KEY" in off.output and "service-token" in off.output and "connected" in off.output
 
 
 def test_the_environment_is_an_allow_list_in_every_mode(tmp_path, monkeypatch):
@@ -238,11 +240,12 @@ def test_the_environment_is_an_allow_list_in_every_mode(tmp_path, monkeypatch):
     monkeypatch.setenv("GH_PAT", "ghp_secretsecret")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setenv("HOME", str(tmp_path / "the-users-home"))
     for mode in ["limits", "none"] + ([] if BWRAP_SKIPPED else ["bwrap"]):
         ws, box = toolbox(tmp_path / mode, mode)
         obs = call(box, "bash", command="env")
         assert "hunter2" not in obs.text and "ghp_" not in obs.text and "sk-secret" not in obs.text, (mode, obs.text)
-        assert "OMP_NUM_THREADS=3" in obs.text, (mode, obs.text)
+        assert "OMP_NUM_THREADS=3" in obs.text and "the-users-home" not in obs.text, (mode, obs.text)
     # defence off: filtering by name markers (KEY, TOKEN, SECRET...) as before lets both through
     markers = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
     passed = {k for k in os.environ if not any(m in k for m in markers)}

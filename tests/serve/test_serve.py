@@ -185,6 +185,33 @@ def test_the_service_killed_mid_run_and_restarted(tmp_path):
     assert "the evaluator service is unavailable" in turn5["output"]
 
 
+def test_an_evaluator_gone_for_good_ends_the_run_with_exit_4_after_three_calls(tmp_path):
+    """One call that judges nothing is that call's failure; three in a row end the run: recorded, resumable, exit 4,
+    and under --json a JSON error after the summary."""
+    svc = ServiceProcess(tmp_path / "svc").start()
+    task = write_task(tmp_path / "t")
+    verify = {"tool": "verify", "arguments": {}}
+    steps = SOLVE[:4] + [verify] * 3 + [FINISH]
+
+    def script(i, messages):
+        if i == 4:
+            svc.kill()
+        return steps[i] if i < len(steps) else FINISH
+
+    try:
+        with ScriptedServer(script) as server:
+            env = remote_env(tmp_path / "home", server.url, svc.url)
+            env["CUDAGENT_EVALUATOR_RETRY_S"] = "2"
+            proc = cudagent(["optimize", str(task), "--json", "--no-final-check"], env)
+    finally:
+        svc.kill()
+    assert proc.returncode == 4, proc.stderr[-3000:]
+    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.strip()]
+    assert lines[-2]["event"] == "summary" and lines[-2]["exit_reason"] == "evaluator" and lines[-2]["turns"] == 7
+    assert lines[-1]["exit_code"] == 4 and "judged nothing 3 times in a row" in lines[-1]["error"], lines[-1]
+    assert f"--resume {lines[-2]['run_id']}" in proc.stderr
+
+
 async def _episode(tmp_path, pool, i: int) -> tuple:
     """An in-process episode on the service (chat driver, memory recorder): its model_new.py has a syntax error on
     a line of its own (line i+3), so each verdict says which episode's files it judged."""
