@@ -62,20 +62,29 @@ def main(argv: list[str]) -> None:
         except OSError as exc:
             sys.stderr.write(f"{program[0]}: {exc.strerror}\n")
             os._exit(127)
-    status = 0
+    status = wait_for(child)
+    end_orphans()
+    end_as(status)
+
+
+def wait_for(child: int) -> int:
+    """Reap children (orphans that came back too) until `child` ends; its wait status."""
     while True:
         try:
-            pid, st = os.waitpid(-1, 0)
+            pid, status = os.waitpid(-1, 0)
         except ChildProcessError:
-            break
+            return 0
         except InterruptedError:
             continue
         if pid == child:
-            status = st
-            break
-    end_orphans()
+            return status
+
+
+def end_as(status: int) -> None:
+    """Exit as a process with this wait status did: its exit code, or killed by its signal (for whoever reads this
+    process's status)."""
     code = os.waitstatus_to_exitcode(status)
-    if code < 0:  # killed by a signal: so is this process, for whoever reads its status
+    if code < 0:
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     os._exit(code)

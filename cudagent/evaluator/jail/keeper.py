@@ -26,7 +26,7 @@ import ctypes.util
 import os
 import signal
 
-from cudagent.reaper import end_orphans
+from cudagent.reaper import end_as, end_orphans, wait_for
 
 TREES = ("namespace", "subreaper")
 SCRATCH = "/tmp"  # the candidate's own memory file system, in its own mount namespace (tree "namespace")
@@ -87,24 +87,10 @@ def _own_mounts(libc) -> None:
 def _keep(child: int, tree: str) -> None:
     """The keeper's life: wait for the child, leave nothing behind, end as it ended."""
     os.closerange(3, _max_fd())  # the channel and anything else are the child's alone
-    status = 0
-    while True:
-        try:
-            pid, st = os.waitpid(-1, 0)
-        except ChildProcessError:
-            break
-        except InterruptedError:
-            continue
-        if pid == child:
-            status = st
-            break
+    status = wait_for(child)
     if tree == "subreaper":
         end_orphans()
-    code = os.waitstatus_to_exitcode(status)
-    if code < 0:  # killed by a signal: so is the keeper, for whoever reads its status
-        signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-    os._exit(code)
+    end_as(status)
 
 
 def _max_fd() -> int:
