@@ -39,6 +39,36 @@ INFRA_FILES = ("binding.cpp", "binding_registry.h")
 SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp", ".inl")
 COMPILED_CUDA = (".cu",)
 COMPILED_CXX = (".cpp", ".cc", ".cxx")
+# Names a compiler reads in place of a header it was asked for: GCC takes `x.h.gch` (a file, or any file in a folder
+# of that name) before `x.h`, and a precompiled header is binary, so no audit of the sources ever sees it.
+PRECOMPILED_SUFFIXES = (".gch", ".pch", ".pcm")
+
+
+def source_problem(rel: str, data: bytes | None = None) -> str | None:
+    """Why a file under kernels/ may not reach the build (None: it may): only source text of the known kinds, under
+    folders that are not named like a source or a precompiled header, and never binary content under a source's name.
+
+    >>> print(source_problem("kernels/helpers.h.gch/pch.h"))  # doctest: +ELLIPSIS
+    kernels/helpers.h.gch/pch.h: a folder named 'helpers.h.gch' is a precompiled header's (...audited helpers.h)
+    >>> source_problem("kernels/k.cu", b"\\x00gpch")
+    'kernels/k.cu is not text (it holds NUL bytes): only source text reaches the build'
+    """
+    parts = PurePosixPath(rel).parts
+    for folder in parts[1:-1]:
+        suffix = PurePosixPath(folder).suffix
+        if suffix in PRECOMPILED_SUFFIXES:
+            header = folder[: -len(suffix)]
+            return (
+                f"{rel}: a folder named {folder!r} is a precompiled header's (the compiler would read it instead of "
+                f"the audited {header})"
+            )
+        if suffix in SOURCE_SUFFIXES:
+            return f"{rel}: a folder named {folder!r} looks like a source file; name folders without a source suffix"
+    if any(PurePosixPath(p).suffix in PRECOMPILED_SUFFIXES for p in parts):
+        return f"{rel} is a precompiled header; only source text reaches the build"
+    if data is not None and b"\0" in data:
+        return f"{rel} is not text (it holds NUL bytes): only source text reaches the build"
+    return None
 
 
 def infrastructure() -> dict[str, str]:
@@ -139,6 +169,24 @@ class Workspace:
         kernels/ that is a link to another folder holds nothing)."""
         files = Beneath(self.root).files(KERNELS, skip=lambda rel, is_dir: is_dir and rel.name == BUILD)
         return [self.root / rel for rel, _mode in files if rel.suffix in SOURCE_SUFFIXES]
+
+    def unbuildable(self) -> str | None:
+        """Why the kernels/ folder may not be built as it is (source_problem of anything in it, a link or another
+        kind of file where a compiler looks); None when it may. Walked here, whatever wrote it (a user's own
+        workspace built in place too)."""
+        tree = Beneath(self.root)
+        if tree.kind(PurePosixPath(KERNELS)) == "link":
+            return f"{KERNELS}/ is a symbolic link; the build reads only a folder of the workspace"
+        for rel, _mode in tree.files(KERNELS, skip=lambda rel, is_dir: is_dir and rel.name == BUILD):
+            data = tree.read_bytes(rel) if rel.suffix in SOURCE_SUFFIXES else None
+            problem = source_problem(rel.as_posix(), data)
+            if problem is not None:
+                return problem
+        for folder in tree.folders(KERNELS):
+            problem = source_problem(f"{folder.as_posix()}/x")
+            if problem is not None:
+                return problem.replace("/x:", ":", 1)
+        return None
 
     def read_owned(self, path: Path) -> bytes:
         """The bytes of one of the workspace's files, read without following a link (boundary/paths.py)."""

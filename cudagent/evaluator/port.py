@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from cudagent.boundary.paths import MAX_DEPTH, MAX_NAME_BYTES, MAX_PATH_CHARS
 from cudagent.errors import EnvironmentProblem
-from cudagent.workspace import KERNELS, MODEL_NEW, SOURCE_SUFFIXES, Workspace
+from cudagent.workspace import KERNELS, MODEL_NEW, SOURCE_SUFFIXES, Workspace, source_problem
 
 if TYPE_CHECKING:
     from cudagent.evaluator.build.extension import BuildResult
@@ -68,6 +68,9 @@ def check_snapshot(snapshot: Snapshot) -> None:
         )
         if not ok or "\\" in rel or "\0" in rel:
             raise SnapshotError(f"{rel!r} is not a file an agent owns (model_new.py, or a source under kernels/)")
+        problem = source_problem(rel, data) if rel != MODEL_NEW else None
+        if problem is not None:
+            raise SnapshotError(problem)
         if len(rel) > MAX_PATH_CHARS or len(parts) > MAX_DEPTH or any(len(p.encode()) > MAX_NAME_BYTES for p in parts):
             raise SnapshotError(
                 f"{rel[:80]!r}... is too long a path: at most {MAX_PATH_CHARS} characters, {MAX_DEPTH} folders deep, "

@@ -152,6 +152,9 @@ def build_workspace(
     binding.cpp and kernels/ (CPU mode: the .cpp sources only), in `jail` (the machine's; None: unjailed)."""
     start = time.monotonic()
     restored = ws.ensure_infrastructure()
+    refused = ws.unbuildable()  # only audited source text reaches the compiler (no precompiled header, no binary)
+    if refused is not None:
+        return BuildResult(False, time.monotonic() - start, restored=restored, errors=f"not built: {refused}")
     tc = toolchain_for(device)
     if not ws.build_dir.is_dir():
         ws.build_dir.mkdir(parents=True)
