@@ -68,11 +68,11 @@ def hotspots(
     dev = resolve_device(device)
     model, args, kwargs = user.make(seed=0, device=dev.kind, dtype=dtype)
     if regions:
-        _regions(user, model, args, kwargs, dev.kind, top, tasks, out, as_json)
+        _regions(user, model, args, kwargs, dev.kind, top, tasks, out, as_json, dtype)
     found = profile_user_model(user, model, args, kwargs, dev.kind, iterations)
     directory = out or Settings.from_env().home / "hotspots" / f"{_stem(user.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
     directory.mkdir(parents=True, exist_ok=True)
-    record = {**found.to_dict(), "inputs": user.inputs.text(), "built": user.source, "notes": user.notes}
+    record = {**found.to_dict(), "inputs": user.inputs.text(dtype), "built": user.source, "notes": user.notes}
     if tasks:
         from cudagent.usermodel.extract import extract_spots
 
@@ -84,14 +84,16 @@ def hotspots(
     if as_json:
         typer.echo(json.dumps({**record, "directory": str(directory)}))
     else:
-        _print(found, user, top, directory)
+        _print(found, user, top, directory, dtype)
         for e in record.get("tasks", []):
             said = f"task {e['task']}" if e["task"] else f"no task: {e['reason']}"
             typer.echo(f"spot {e['spot']} ({100 * e['share']:.1f}%): {said}", err=True)
     raise typer.Exit(int(ExitCode.OK))
 
 
-def _regions(user, model, args, kwargs, device: str, top: int, tasks: int, out: Path | None, as_json: bool) -> None:
+def _regions(
+    user, model, args, kwargs, device: str, top: int, tasks: int, out: Path | None, as_json: bool, dtype: str | None
+) -> None:
     from cudagent.settings import Settings
     from cudagent.usermodel.fusion import region_report, region_tasks
     from cudagent.usermodel.loading import UserModelError
@@ -108,7 +110,7 @@ def _regions(user, model, args, kwargs, device: str, top: int, tasks: int, out: 
     directory.mkdir(parents=True, exist_ok=True)
     if tasks:
         region_tasks(report, tasks, directory / "tasks", device)
-    record = {**report.to_dict(), "inputs": user.inputs.text(), "built": user.source}
+    record = {**report.to_dict(), "inputs": user.inputs.text(dtype), "built": user.source}
     (directory / "regions.json").write_text(json.dumps(record, indent=2) + "\n")
     rows = report.table(top)
     (directory / "regions.md").write_text(report.markdown(top))
@@ -117,7 +119,7 @@ def _regions(user, model, args, kwargs, device: str, top: int, tasks: int, out: 
     else:
         from cudagent.cli.output import print_table
 
-        title = f"fusion regions of {user.name} on {device} ({report.dtype}, {user.inputs.text()})"
+        title = f"fusion regions of {user.name} on {device} ({report.dtype}, {user.inputs.text(dtype)})"
         print_table(rows, title, optional=("operators", "ms/call", "alike", "fusion saves"))
         for k in report.kinds[:tasks]:
             said = f"task {k.task}" if k.task else f"no task: {k.reason}"
@@ -126,10 +128,10 @@ def _regions(user, model, args, kwargs, device: str, top: int, tasks: int, out: 
     raise typer.Exit(int(ExitCode.OK))
 
 
-def _print(found, user, top: int, directory: Path) -> None:
+def _print(found, user, top: int, directory: Path, dtype: str | None) -> None:
     from cudagent.cli.output import print_table
 
-    title = f"{user.name} on {found.device}: {found.wall_ms:.3f} ms a call ({user.inputs.text()})"
+    title = f"{user.name} on {found.device}: {found.wall_ms:.3f} ms a call ({user.inputs.text(dtype)})"
     print_table(found.table(top), title, optional=("kind", "shapes", "calls", "dtypes"))
     for note in user.notes:
         typer.echo(f"note: {note}", err=True)

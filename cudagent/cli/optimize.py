@@ -242,10 +242,11 @@ def optimize(
             from cudagent.agent.runner import reach_server
             from cudagent.usermodel.modelrun import ModelRequest, optimize_model
 
-            server_address(base_url)  # no server configured: said before the model is loaded (torch: seconds)
             request = ModelRequest(
                 task, module, inputs, init, _text(example), _text(hf), top, keep_slower, by, mode, dtype
             )
+            request.check_paths()  # a missing file first (exit 2), as the README orders them
+            server_address(base_url)  # no server configured: said before the model is loaded (torch: seconds)
 
             def episode(path, extra):
                 return start_run(path, settings, options, reporter, extra_header=extra)

@@ -109,7 +109,7 @@ def show(
     traj = Trajectory.load(find_run(run, Settings.from_env().runs_root))
     record = next((t for t in traj.turns if t["turn"] == turn), None)
     if record is None:
-        raise CudagentError(f"run {traj.header['run_id']} has no turn {turn}; it has turns 1 to {len(traj.turns)}")
+        raise CudagentError(f"run {traj.header['run_id']} has no turn {turn}; {_turns_it_has(len(traj.turns))}")
     if as_json:
         _say(json.dumps(record, default=str))
         return
@@ -152,7 +152,8 @@ def export(
     force: bool = typer.Option(False, "--force", help="Replace DEST if it exists."),
 ) -> None:
     """Write the best kernel as a drop-in Python package: `from DEST import ModelNew` builds its kernels on first
-    import (cached) and needs nothing from cudagent. For a model run: every spot's kernel, with `DEST.patch(model)`."""
+    import (cached) and needs nothing from cudagent. For a model run: every spot's kernel, with
+    `DEST.patch(model, *example_inputs)` (fusion regions, the default) or `DEST.patch(model)` (--by modules)."""
     from cudagent.agent.export import export_package
     from cudagent.agent.gitrun import RunRepo
     from cudagent.agent.trajectory import Trajectory, find_run
@@ -183,6 +184,10 @@ def export(
     files = repo.files_at(sha)
     written = export_package(files, dest, force=force, origin=f"{traj.header['run_id']} commit {sha}")
     _say(f"wrote {written} (from commit {sha[:12]}); use it with `from {dest.name} import ModelNew`", err=True)
+
+
+def _turns_it_has(n: int) -> str:
+    return {0: "it has no turns yet", 1: "it has turn 1"}.get(n, f"it has turns 1 to {n}")
 
 
 def _run_row(traj) -> dict:
@@ -432,7 +437,8 @@ def _show_spot(path: Path, number: int, as_json: bool) -> None:
 
     r = load_record(path)
     if not 1 <= number <= len(r["spots"]):
-        raise CudagentError(f"model run {r['run_id']} has no spot {number}; it has spots 1 to {len(r['spots'])}")
+        has = f"it has spots 1 to {len(r['spots'])}" if r["spots"] else "it has no spots"
+        raise CudagentError(f"model run {r['run_id']} has no spot {number}; {has}")
     spot = r["spots"][number - 1]
     if as_json:
         _say(json.dumps(spot, default=str))

@@ -69,9 +69,11 @@ class TensorSpec:
         high = self.high or DEFAULT_INT_HIGH
         return torch.randint(0, high, self.shape, generator=generator, dtype=dtype).to(device)
 
-    def text(self) -> str:
+    def text(self, floating: str | None = None) -> str:
+        """`float32[8,1024]`; `floating` (a --dtype) names the dtype a floating tensor is cast to before the call."""
         bound = f"<{self.high}" if self.high else ""
-        return f"{self.dtype}[{','.join(map(str, self.shape))}]{bound}"
+        dtype = floating if floating and self.dtype.startswith(("float", "bfloat")) else self.dtype
+        return f"{dtype}[{','.join(map(str, self.shape))}]{bound}"
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,11 @@ class Inputs:
 
         return [one(a) for a in self.args], {k: one(v) for k, v in self.kwargs}
 
-    def text(self) -> str:
+    def text(self, floating: str | None = None) -> str:
+        """The inputs as --inputs writes them; `floating`: the dtype floating tensors are cast to (--dtype)."""
+
         def one(value):
-            return value.text() if isinstance(value, TensorSpec) else repr(value)
+            return value.text(floating) if isinstance(value, TensorSpec) else repr(value)
 
         return ", ".join([one(a) for a in self.args] + [f"{k}={one(v)}" for k, v in self.kwargs])
 

@@ -34,6 +34,12 @@ class UserModel:
     inputs: Inputs
     source: str = ""  # how it was built, in words
     notes: list[str] = field(default_factory=list)
+    # what to do when build() fails: a class of the user's takes constructor arguments; transformers needs what its
+    # model type imports
+    remedy: str = (
+        "give its constructor arguments with --init, e.g. --init '[768, 3072]' or --init \"{'dim': 768}\", or a "
+        "get_init_inputs() in the file"
+    )
 
     def make(self, seed: int, device: str, dtype: str | None = None) -> tuple:
         """(model on `device`, args, kwargs) with fresh inputs drawn from `seed`; `dtype` (bfloat16, float16,
@@ -43,10 +49,8 @@ class UserModel:
         except UserModelError:
             raise
         except Exception as exc:  # noqa: BLE001  (the user's constructor: any failure is reported as one)
-            raise UserModelError(
-                f"{self.name} could not be built ({type(exc).__name__}: {exc}); give its constructor arguments "
-                "with --init, e.g. --init '[768, 3072]' or --init \"{'dim': 768}\", or a get_init_inputs() in the file"
-            ) from None
+            why = f"{type(exc).__name__}: {exc}"
+            raise UserModelError(f"{self.name} could not be built ({why}); {self.remedy}") from None
         model = model.to(device).eval()
         if dtype:
             import torch
@@ -171,9 +175,15 @@ def _hf_model(directory: Path, inputs: str | None) -> UserModel:
         raise UserModelError(f"{directory} holds no config.json; give a transformers model directory")
     try:
         from transformers import AutoConfig, AutoModel
-    except ImportError:
-        raise UserModelError("--hf needs the transformers package: pip install transformers") from None
-    config = AutoConfig.from_pretrained(directory)
+    except ImportError as exc:
+        if exc.name == "transformers":
+            raise UserModelError("--hf needs the transformers package: pip install transformers") from None
+        raise UserModelError(f"transformers could not be imported ({exc}); install what it names") from None
+    try:
+        config = AutoConfig.from_pretrained(directory)
+    except (ImportError, ValueError, OSError) as exc:
+        why = f"{type(exc).__name__}: {exc}"
+        raise UserModelError(f"transformers cannot read {directory}/config.json ({why})") from None
     weights = any(
         (directory / f).exists()
         for f in (
@@ -198,7 +208,11 @@ def _hf_model(directory: Path, inputs: str | None) -> UserModel:
             return AutoModel.from_config(config).eval()
 
     notes = [] if weights else ["no weights in the directory: built from its config with random weights"]
-    return UserModel(f"hf:{directory.name}", build, spec, f"AutoModel from {directory}", notes)
+    remedy = (
+        f"transformers could not make this model type ({getattr(config, 'model_type', '?')}) from {directory}: "
+        "install what the message names (pip install ...), or a transformers version that knows the type"
+    )
+    return UserModel(f"hf:{directory.name}", build, spec, f"AutoModel from {directory}", notes, remedy)
 
 
 def _parse_inputs(text: str) -> Inputs:

@@ -65,6 +65,19 @@ class ModelRequest:
             Path(self.hf) if self.hf else None,
         )
 
+    def check_paths(self) -> None:
+        """The files and folders the request names exist: one sentence (exit 2) before anything is loaded or any
+        server is reached."""
+        from cudagent.usermodel.loading import UserModelError
+
+        if self.hf and not Path(self.hf).is_dir():
+            raise UserModelError(f"{self.hf} is not a directory; --hf takes the folder of a transformers model")
+        model_file = Path((self.target or "").partition(":")[0]) if self.target else None
+        if model_file is not None and not model_file.is_file():
+            raise UserModelError(f"{model_file} does not exist; give the Python file that defines your module")
+        if self.example and not Path(self.example).is_file():
+            raise UserModelError(f"{self.example} does not exist; give a script that builds and calls your model")
+
     def resolved(self) -> ModelRequest:
         """The same request with absolute paths, for a process that runs elsewhere (prove.py)."""
         path, sep, cls = (self.target or "").partition(":")
@@ -168,7 +181,7 @@ def optimize_model(request: ModelRequest, user, start_episode, options, say) -> 
         run.record["by"] = "modules"
         say("its hot spots (modules):")
         for row in found.table(max(10, request.top))[1:]:
-            say(f"  {row[0]:>3} {row[3]:>6} {row[4]:>9} ms  {row[1]} ({row[2]}; {row[6]} {row[7]})")
+            say(f"  {row[0]:>3} {row[3]:>6} {row[4]:>9} ms  {spot_words(row)}")
         extracted = [
             e.to_dict() for e in extract_spots(model, found, request.top, run.directory / "tasks", dev.kind, user.name)
         ]
@@ -258,6 +271,21 @@ def region_spots(run: ModelRun, model, args, kwargs, name: str, top: int, device
             }
         )
     return out
+
+
+def spot_words(row: list[str]) -> str:
+    """A hot spot's table row (#, spot, kind, share, ms, calls, shapes, dtypes) as a line says it: the spot, then in
+    parentheses only what adds to it (`aten::cat`, not `aten::cat (aten::cat; )`).
+
+    >>> spot_words(["1", "blocks.0.fc1", "Linear", "40%", "1.0", "1", "8x1024", "float32"])
+    'blocks.0.fc1 (Linear; 8x1024 float32)'
+    >>> spot_words(["2", "aten::cat", "aten::cat", "5%", "0.1", "2", "", ""])
+    'aten::cat'
+    """
+    kind = row[2] if row[2] and row[2] != row[1] else ""
+    detail = " ".join(x for x in (row[6], row[7]) if x)
+    inside = "; ".join(x for x in (kind, detail) if x)
+    return f"{row[1]} ({inside})" if inside else row[1]
 
 
 def spot_outcome(best: dict, keep_slower: bool) -> str:
