@@ -446,3 +446,65 @@ def test_r2_a_table_cell_that_looks_like_markup_is_printed_as_written(monkeypatc
     print_table([["run", "state"], ["[/x] odd[name]", Text.from_markup("[green]ok[/green]")]], "runs of [/y]")
     out = capsys.readouterr().out
     assert "[/x] odd[name]" in out and "runs of [/y]" in out and "│ ok" in out, out
+
+
+# ----- round three (issue 48) ---------------------------------------------------------------------------------------
+
+
+def test_r3_a_missing_model_file_is_said_before_a_missing_server():
+    """`optimize model.py:Block` with the file missing and no server configured exited 3 (no server) before 2 (no
+    file): the README orders them the other way. The file is looked for first, still before torch."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    env.pop("OPENAI_BASE_URL", None)
+    for argv in (["optimize", "/nonexistent/model.py:Block"], ["optimize", "--hf", "/nonexistent/hf-dir"]):
+        said = _said_before_torch(argv, env, 2)
+        assert len(said) == 1 and ("does not exist" in said[0] or "is not a directory" in said[0]), (argv, said)
+
+
+def test_r3_a_model_transformers_cannot_build_is_not_told_to_use_init(tmp_path):
+    from cudagent.usermodel.inputs import parse
+    from cudagent.usermodel.loading import UserModel, UserModelError
+
+    def fails():
+        raise ImportError("this model type needs the package `flash_attn`")
+
+    hf = UserModel("hf:tiny", fails, parse("x=f32[2]"), remedy="transformers could not make this model type")
+    with pytest.raises(UserModelError) as caught:
+        hf.make(seed=0, device="cpu")
+    assert "--init" not in caught.value.message and "flash_attn" in caught.value.message
+    own = UserModel("model.py:Block", fails, parse("x=f32[2]"))
+    with pytest.raises(UserModelError, match="--init"):
+        own.make(seed=0, device="cpu")
+
+
+def test_r3_inputs_are_titled_in_the_dtype_the_model_runs_in():
+    from cudagent.usermodel.inputs import parse
+
+    spec = parse("x=f32[8,64], ids=i64[8]<100, scale=0.5")
+    assert spec.text("float16") == "x=float16[8,64], ids=int64[8]<100, scale=0.5"
+    assert spec.text() == "x=float32[8,64], ids=int64[8]<100, scale=0.5"
+
+
+def test_r3_show_and_export_say_what_a_run_has():
+    from typer.testing import CliRunner
+
+    from cudagent.cli import app
+    from cudagent.cli.review import _turns_it_has
+
+    assert [_turns_it_has(n) for n in (0, 1, 3)] == ["it has no turns yet", "it has turn 1", "it has turns 1 to 3"]
+    help_text = CliRunner().invoke(app, ["export", "--help"], env={"COLUMNS": "200"}).output
+    assert "patch(model, *example_inputs)" in help_text
+
+
+def test_r3_the_test_extra_does_not_pin_transformers_below_a_users():
+    """`pip install -e ".[test]"` moved an installed transformers 5.24 down to 5.10 (verl's pin came with it)."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert not [d for d in extras["test"] if d.startswith("verl")]
+    assert [d for d in extras["train"] if d.startswith("verl")]
+    readme = (ROOT / "README.md").read_text()
+    assert (
+        'pip install -e ".[test,train]"' in readme
+        and 'pip install -e ".[test,train]"' in (ROOT / ".ci" / "run").read_text()
+    )
