@@ -508,3 +508,67 @@ def test_r3_the_test_extra_does_not_pin_transformers_below_a_users():
         'pip install -e ".[test,train]"' in readme
         and 'pip install -e ".[test,train]"' in (ROOT / ".ci" / "run").read_text()
     )
+
+
+OWN_FIRST = """import torch
+import torch.nn as nn
+
+
+class Mine(nn.Module):  # a class of this file: it cannot travel in a task
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(256, 256) / 16)
+
+    def forward(self, x):
+        for _ in range(6):
+            x = torch.tanh(x @ self.w)
+        return x
+
+
+class Model(nn.Module):
+    def __init__(self, only_mine: bool = False):
+        super().__init__()
+        self.mine = Mine()
+        self.fc = nn.Identity() if only_mine else nn.Linear(256, 256)
+
+    def forward(self, x):
+        return self.fc(self.mine(x))
+"""
+
+
+@pytest.mark.slow
+def test_r3_tasks_n_counts_spots_that_became_tasks_and_none_is_an_error(tmp_path):
+    """`hotspots --tasks 1` tried only the top spot, which could not become a task, and exited 0 with tasks/ empty.
+    Now N counts tasks written (the spots that cannot are listed and skipped), the count is said, and none is an
+    error."""
+    model = tmp_path / "model.py"
+    model.write_text(OWN_FIRST)
+    env = cli_env(tmp_path / "home", None)
+    base = ["hotspots", "--inputs", "x=f32[64,256]", "--device", "cpu", "--iterations", "2"]
+    done = cudagent([*base[:1], f"{model}:Model", *base[1:], "--tasks", "1", "--out", str(tmp_path / "a")], env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "spot mine" in done.stderr and "defined in your own file" in done.stderr, done.stderr
+    assert "wrote 1 task in" in done.stderr and [p.name for p in (tmp_path / "a" / "tasks").glob("*.py")] != []
+    only = ["--init", "[True]", "--tasks", "2", "--out", str(tmp_path / "b")]
+    none = cudagent([*base[:1], f"{model}:Model", *base[1:], *only], env)
+    assert none.returncode == 2 and "could become a task" in none.stderr, none.stderr
+
+
+@pytest.mark.slow
+def test_r3_a_model_run_with_no_task_is_failed_with_its_report(tmp_path):
+    """`optimize --top 1` on a model whose spots cannot become tasks ran no episode, exited 0 and was listed as done.
+    Now it is failed (exit 2), with report.md saying why."""
+    model = tmp_path / "model.py"
+    model.write_text(OWN_FIRST)
+    env = cli_env(tmp_path / "home", None)
+    with ScriptedServer(from_list([FINISH])) as server:
+        env.update(OPENAI_BASE_URL=server.url, OPENAI_API_KEY="k")
+        args = ["optimize", f"{model}:Model", "--init", "[True]", "--inputs", "x=f32[64,256]", "--device", "cpu"]
+        done = cudagent([*args, "--by", "modules", "--top", "1", "--json"], env)
+    assert done.returncode == 2, done.stderr[-2000:]
+    record = json.loads(done.stdout.splitlines()[-1])
+    assert record["state"] == "failed" and "no episode ran" in record["result"]["why"], record
+    runs = cudagent(["runs", "--json"], env)
+    assert any(json.loads(x).get("state") == "failed" for x in runs.stdout.splitlines()), runs.stdout
+    report = next((tmp_path / "home" / "runs").glob("*/report.md")).read_text()
+    assert "nothing put back" in report and "no episode ran" in report

@@ -88,6 +88,8 @@ def hotspots(
         for e in record.get("tasks", []):
             said = f"task {e['task']}" if e["task"] else f"no task: {e['reason']}"
             typer.echo(f"spot {e['spot']} ({100 * e['share']:.1f}%): {said}", err=True)
+    written = [e["task"] for e in record.get("tasks", []) if e["task"]]
+    _tasks_written(written, tasks, directory, len(record.get("tasks", [])), as_json)
     raise typer.Exit(int(ExitCode.OK))
 
 
@@ -108,8 +110,7 @@ def _regions(
     stamp = time.strftime("%Y%m%d-%H%M%S")
     directory = out or Settings.from_env().home / "hotspots" / f"{_stem(user.name)}-regions-{stamp}"
     directory.mkdir(parents=True, exist_ok=True)
-    if tasks:
-        region_tasks(report, tasks, directory / "tasks", device)
+    tried = region_tasks(report, tasks, directory / "tasks", device) if tasks else []
     record = {**report.to_dict(), "inputs": user.inputs.text(dtype), "built": user.source}
     (directory / "regions.json").write_text(json.dumps(record, indent=2) + "\n")
     rows = report.table(top)
@@ -121,11 +122,29 @@ def _regions(
 
         title = f"fusion regions of {user.name} on {device} ({report.dtype}, {user.inputs.text(dtype)})"
         print_table(rows, title, optional=("operators", "ms/call", "alike", "fusion saves"))
-        for k in report.kinds[:tasks]:
+        for k in tried:
             said = f"task {k.task}" if k.task else f"no task: {k.reason}"
             typer.echo(f"region {k.first.name} ({100 * k.share:.1f}%): {said}", err=True)
         typer.echo(f"written to {directory}", err=True)
+    _tasks_written([k.task for k in tried if k.task], tasks, directory, len(tried), as_json)
     raise typer.Exit(int(ExitCode.OK))
+
+
+def _tasks_written(written: list[str], asked: int, directory: Path, tried: int, as_json: bool) -> None:
+    """Say how many task files --tasks wrote; none of what was asked is an error (exit 2), after the table."""
+    from cudagent.errors import CudagentError
+    from cudagent.text import counted
+
+    if not asked:
+        return
+    if not written:
+        raise CudagentError(
+            f"--tasks {asked}: none of the {counted(tried, 'spot')} tried could become a task (each says why above), "
+            "so no task was written"
+        )
+    if not as_json:
+        short = f", fewer than the {asked} asked: no other spot could become one" if len(written) < asked else ""
+        typer.echo(f"wrote {counted(len(written), 'task')} in {directory / 'tasks'}{short}", err=True)
 
 
 def _print(found, user, top: int, directory: Path, dtype: str | None) -> None:

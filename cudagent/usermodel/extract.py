@@ -39,8 +39,9 @@ class Extracted:
 
 
 def extract_spots(model, found, top: int, directory: Path, device: str, model_name: str) -> list[Extracted]:
-    """The first `top` spots of `found` (hotspots.Hotspots of `model`) as validated tasks in `directory`; a spot that
-    an earlier spot's task serves (the same module at the same inputs) is listed but does not count."""
+    """The first `top` spots of `found` (hotspots.Hotspots of `model`) that become validated tasks, in `directory`:
+    `top` counts tasks made. A spot that cannot become one is listed with why and does not count; nor does a spot
+    that an earlier spot's task serves (the same module at the same inputs)."""
     from cudagent.data.seeds import constructor_call
     from cudagent.errors import CudagentError
     from cudagent.task import load_task, validate_task
@@ -59,7 +60,6 @@ def extract_spots(model, found, top: int, directory: Path, device: str, model_na
         if served is not None:
             item.reason = f"the same module as {served.spot} at the same inputs: its task serves both"
             continue
-        counted += 1
         if ": " in spot.spot:
             item.reason = f"{spot.kind} is an operator of a forward, not a module; only modules become tasks so far"
             continue
@@ -93,6 +93,7 @@ def extract_spots(model, found, top: int, directory: Path, device: str, model_na
             item.reason = f"the task did not validate: {exc.message}"
             continue
         item.task = str(path)
+        counted += 1
         item.modules = _alike(model, spot.spot, call, spelling, found.module_inputs)
         item.share = sum(shares.get(m, 0.0) for m in item.modules)
     return out

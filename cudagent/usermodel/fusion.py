@@ -124,14 +124,17 @@ def region_report(model, args: tuple, kwargs: dict, device: str, name: str, call
 
 
 def region_tasks(report: RegionReport, top: int, directory: Path, device: str) -> list[Kind]:
-    """The first `top` kinds of `report` as validated tasks in `directory`; what could not become one says why."""
+    """The first `top` kinds of `report` that become validated tasks, in `directory` (`top` counts tasks made);
+    the kinds tried on the way that could not become one are returned too, each saying why."""
     from cudagent.errors import CudagentError
     from cudagent.task import load_task, validate_task
     from cudagent.usermodel.region_task import region_module, write_task
 
     stem = _SAFE.sub("_", report.model.split(":")[-1]).strip("_").lower()
     done = []
-    for kind in report.kinds[:top]:
+    for kind in report.kinds:
+        if sum(1 for k in done if k.task) == top:
+            break
         region = kind.first
         if not region.inputs:
             kind.reason = "it reads only the model's weights (a constant): nothing to compute per call"

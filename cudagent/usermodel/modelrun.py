@@ -145,6 +145,7 @@ def optimize_model(request: ModelRequest, user, start_episode, options, say) -> 
     from cudagent.device.info import resolve_device
     from cudagent.usermodel.extract import extract_spots
     from cudagent.usermodel.hotspots import profile_user_model
+    from cudagent.usermodel.report import write_report
 
     settings = options.settings
     dev = resolve_device(options.device)
@@ -226,7 +227,17 @@ def optimize_model(request: ModelRequest, user, start_episode, options, say) -> 
         spot["end"] = summary.get("exit_reason")
         run.save()
     tried = [s for s in run.record["spots"] if s.get("task")]
-    if tried and all("exit_code" in s for s in tried):  # every spot's episode failed: nothing to put back
+    if not tried:  # no spot became a task: no episode ran, nothing can be put back
+        run.record["state"] = "failed"
+        run.record["exit_code"] = int(ExitCode.USAGE)
+        reasons = "; ".join(f"{s['spot']}: {s['outcome'].removeprefix('not optimized: ')}" for s in run.record["spots"])
+        why = f"no spot could become a task ({reasons or 'the model has no spots'}), so no episode ran"
+        run.record["result"] = {"correct": None, "why": why}
+        say(f"model run {run.run_id} failed: {why}")
+        write_report(run, run.record["result"])
+        run.save()
+        return run.record
+    if all("exit_code" in s for s in tried):  # every spot's episode failed: nothing to put back
         run.record["state"] = "failed"
         run.record["exit_code"] = max(s["exit_code"] for s in tried)
         run.record["result"] = {"correct": None, "why": f"every spot failed; the first: {tried[0]['outcome']}"}
@@ -313,7 +324,10 @@ def put_back(run: ModelRun, request: ModelRequest, options, say) -> dict:
     if not spots:
         why = "no spot ended with a kernel to put back (verified, and faster than its module unless --keep-slower)"
         say(f"{why}: nothing put back")
-        return {"correct": None, "why": why}
+        proof = {"correct": None, "why": why}
+        write_report(run, proof)  # the report and the branch say so too
+        proof["commit"] = commit_result(run, request, None)
+        return proof
     stem = spot_name(_stem(run.record["model"]))
     suffix = "regions" if run.record.get("by") == "regions" else "kernels"
     package = write_kernels(run.record, spots, run.directory / f"{stem}_{suffix}", force=True)
@@ -447,8 +461,9 @@ def prove_package(
         return {"correct": False, "error": f"the proof process failed (exit {done.returncode}): {' | '.join(tail)}"}
 
 
-def commit_result(run: ModelRun, request: ModelRequest, package: Path) -> str | None:
-    """The final commit on the branch cudagent/<model-run-id>: the package, report.md and its chart."""
+def commit_result(run: ModelRun, request: ModelRequest, package: Path | None) -> str | None:
+    """The final commit on the branch cudagent/<model-run-id>: the package (when there is one), report.md and its
+    chart."""
     import shutil
 
     from cudagent.agent.gitrun import RunRepo
@@ -457,13 +472,16 @@ def commit_result(run: ModelRun, request: ModelRequest, package: Path) -> str | 
     repo = RunRepo.create(anchor.resolve(), run.directory, run.run_id, _stem(run.record["model"]))
     workspace = Path(repo.workspace)
     workspace.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(package, workspace / package.name, ignore=shutil.ignore_patterns("_build", "__pycache__"))
+    if package is not None:
+        shutil.copytree(package, workspace / package.name, ignore=shutil.ignore_patterns("_build", "__pycache__"))
     for name in ("report.md", "report.png", "hotspots.md", "hotspots.png"):
-        shutil.copy2(run.directory / name, workspace / name)
+        if (run.directory / name).is_file():
+            shutil.copy2(run.directory / name, workspace / name)
     run.record["repo"] = repo.to_dict()
     result = run.record.get("result") or {}
+    what = "put back" if package is not None and result.get("correct") else "nothing put back"
     return repo.commit(
-        f"cudagent: kernels for {run.record['model']} put back",
+        f"cudagent: kernels for {run.record['model']}: {what}",
         body=(run.directory / "report.md").read_text()[:4000],
         trailers={
             "Cudagent-Run": run.run_id,

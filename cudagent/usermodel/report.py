@@ -42,7 +42,7 @@ def _x(value) -> str:
 
 def markdown(record: dict, proof: dict) -> str:
     lines = [
-        f"# {record['model']}: kernels put back",
+        f"# {record['model']}: {'kernels put back' if proof.get('correct') else 'nothing put back'}",
         "",
         f"{record['device']}, inputs {record['inputs']}; one call took {record['wall_ms']:.3f} ms before "
         f"(model run `{record['run_id']}`).",
@@ -115,14 +115,14 @@ def markdown(record: dict, proof: dict) -> str:
             f"the same clock as every verdict, {timing.get('rounds')} interleaved rounds.",
             "",
         ]
-    call = "patch(model, *example_inputs)" if "graph_breaks" in proof or proof.get("mode") else "patch(model)"
-    lines += [
-        f"Apply it: `import {_package(proof)}; {_package(proof)}.{call}` "
-        "(`cudagent export RUN DEST` writes it anywhere).",
-        "",
-        "![speedups](report.png)",
-        "",
-    ]
+    if proof.get("correct"):
+        call = "patch(model, *example_inputs)" if "graph_breaks" in proof or proof.get("mode") else "patch(model)"
+        lines += [
+            f"Apply it: `import {_package(proof)}; {_package(proof)}.{call}` "
+            "(`cudagent export RUN DEST` writes it anywhere).",
+            "",
+        ]
+    lines += ["![speedups](report.png)", ""]
     return "\n".join(lines)
 
 
