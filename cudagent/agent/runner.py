@@ -348,6 +348,33 @@ def warn_about_sandbox(sandbox: Sandbox) -> None:
         sys.stderr.flush()
 
 
+@dataclass
+class ChatEpisodes:
+    """A model run's episodes with one chat policy (usermodel/modelrun.Episodes): each spot's started, an interrupted
+    one resumed, and the episode run a spot started found again from the headers that name it."""
+
+    policy_settings: PolicySettings
+    options: RunOptions
+    reporter: object
+    limit_overrides: dict = field(default_factory=dict)
+
+    def start(self, task_path: Path, extra_header: dict) -> dict:
+        return start_run(Path(task_path), self.policy_settings, self.options, self.reporter, extra_header=extra_header)
+
+    def resume(self, run_id: str) -> dict:
+        traj, lock = open_run(run_id, self.options.settings)
+        return resume_run(traj, lock, self.policy_settings, self.options, self.limit_overrides, self.reporter)
+
+    def run_of(self, parent: str, spot: str) -> str | None:
+        from cudagent.agent.trajectory import list_runs, read_header
+
+        for run_dir in reversed(list_runs(self.options.settings.runs_root)):
+            header = read_header(run_dir)
+            if header.get("parent") == parent and header.get("spot") == spot:
+                return header.get("run_id")
+        return None
+
+
 def reach_server(policy_settings: PolicySettings) -> None:
     """Build the chat policy and reach its server once (list its models, probe its tool calls), before a model run
     profiles or builds anything: a missing or unreachable server is one sentence and exit 3 at once."""

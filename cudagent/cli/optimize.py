@@ -226,7 +226,21 @@ def optimize(
         sandbox=sandbox.value if sandbox is not None else None,
     )
     reporter = reporter_for(as_json)
+    resuming_model = None  # a model run (what an interruption names to resume): True until it has an id
     try:
+        parent = _model_run_to_resume(resume, env_settings) if resume is not None else None
+        if parent is not None:
+            from cudagent.agent.runner import reach_server
+            from cudagent.usermodel.modelrun import resume_model_run
+
+            options.limits = EpisodeLimits(**{k: v for k, v in overrides.items() if v is not None})
+            resuming_model = parent
+            for key, value in _recorded_policy(parent, env_settings).items():
+                if getattr(settings, key, None) is None:  # what this command does not say, its episodes said
+                    setattr(settings, key, value)
+            reach_server(settings)
+            _model_run(lambda episodes, say: resume_model_run(parent, episodes, options, say), settings, options,
+                       overrides, reporter, as_json)  # fmt: skip
         if resume is not None:
             traj, lock = open_run(resume, env_settings)
             if traj.header.get("driver") == "token":
@@ -248,16 +262,11 @@ def optimize(
             request.check_paths()  # a missing file first (exit 2), as the README orders them
             server_address(base_url)  # no server configured: said before the model is loaded (torch: seconds)
 
-            def episode(path, extra):
-                return start_run(path, settings, options, reporter, extra_header=extra)
-
             user = request.load()  # the model and its inputs first (exit 2), then the server (exit 3), then the work
             reach_server(settings)
-            say = lambda text: typer.echo(f"cudagent: {text}", err=True)  # noqa: E731
-            record = optimize_model(request, user, episode, options, say)
-            reporter.close()
-            _print_model_run(record, as_json)
-            raise typer.Exit(int(record.get("exit_code", ExitCode.OK)))
+            resuming_model = True
+            _model_run(lambda episodes, say: optimize_model(request, user, episodes, options, say), settings, options,
+                       overrides, reporter, as_json)  # fmt: skip
         else:
             task = Path(task)
             if not task.is_file():
@@ -282,11 +291,12 @@ def optimize(
                 summary = start_run(task, settings, options, reporter)
     except KeyboardInterrupt:
         reporter.close()
-        typer.echo("cudagent: interrupted; continue with `cudagent optimize --resume last`", err=True)
+        typer.echo(f"cudagent: interrupted; continue with `{_resume_command(resuming_model, env_settings)}`", err=True)
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
     except Terminated:
         reporter.close()
-        typer.echo("cudagent: terminated (SIGTERM); continue with `cudagent optimize --resume last`", err=True)
+        again = _resume_command(resuming_model, env_settings)
+        typer.echo(f"cudagent: terminated (SIGTERM); continue with `{again}`", err=True)
         raise typer.Exit(int(ExitCode.TERMINATED)) from None
     finally:
         reporter.close()
@@ -304,6 +314,57 @@ def optimize(
             err=True,
         )
     raise typer.Exit(int(code))
+
+
+def _model_run(work, settings, options, overrides: dict, reporter, as_json: bool) -> None:
+    """Run `work(episodes, say)` (a new model run, or a resumed one), print its record, exit with its code."""
+    from cudagent.agent.runner import ChatEpisodes
+
+    episodes = ChatEpisodes(settings, options, reporter, {k: v for k, v in overrides.items() if v is not None})
+    say = lambda text: typer.echo(f"cudagent: {text}", err=True)  # noqa: E731
+    record = work(episodes, say)
+    reporter.close()
+    _print_model_run(record, as_json)
+    raise typer.Exit(int(record.get("exit_code", ExitCode.OK)))
+
+
+def _model_run_to_resume(ref: str, settings) -> Path | None:
+    """The model run `--resume REF` names: by its id (or a prefix, or its folder), or for `last`, the model run that
+    the last episode run belongs to when that one stopped short; None for an episode run of its own."""
+    from cudagent.agent.trajectory import list_runs, read_header
+    from cudagent.usermodel.modelrun import find_model_run, is_model_run, load_record
+
+    root = settings.runs_root
+    if ref != "last":
+        return find_model_run(ref, root)
+    runs = list_runs(root)
+    parent = read_header(runs[-1]).get("parent") if runs else None
+    if parent and is_model_run(root / parent) and load_record(root / parent).get("state") != "done":
+        return root / parent
+    return None
+
+
+def _recorded_policy(model_run: Path, settings) -> dict:
+    """The policy settings an episode run of the model run recorded (the model server, the model...)."""
+    from cudagent.agent.trajectory import list_runs, read_header
+
+    for run_dir in list_runs(settings.runs_root):
+        header = read_header(run_dir)
+        if header.get("parent") == model_run.name:
+            return dict(header.get("policy_settings") or {})
+    return {}
+
+
+def _resume_command(model_run, settings) -> str:
+    """What continues the interrupted run: the model run by its id (its latest record), or the last episode run."""
+    from cudagent.usermodel.modelrun import list_model_runs, load_record
+
+    if model_run is None:
+        return "cudagent optimize --resume last"
+    if isinstance(model_run, Path):
+        return f"cudagent optimize --resume {model_run.name}"
+    stopped = [p for p in list_model_runs(settings.runs_root) if load_record(p).get("state") == "interrupted"]
+    return f"cudagent optimize --resume {stopped[-1].name}" if stopped else "cudagent optimize --resume last"
 
 
 def _text(path: Path | None) -> str | None:

@@ -29,8 +29,9 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
-from cudagent.errors import CudagentError, ExitCode
+from cudagent.errors import CudagentError, ExitCode, Terminated
 from cudagent.text import counted
 
 RECORD = "model-run.json"
@@ -99,6 +100,17 @@ class ModelRequest:
         return out
 
 
+class Episodes(Protocol):
+    """How a model run gets its spots' episodes (the command's policy and options): start one, resume one, and find
+    the episode run a spot started (for an episode interrupted before it could say)."""
+
+    def start(self, task_path: Path, extra_header: dict) -> dict: ...
+
+    def resume(self, run_id: str) -> dict: ...
+
+    def run_of(self, parent: str, spot: str) -> str | None: ...
+
+
 @dataclass
 class ModelRun:
     run_id: str
@@ -138,14 +150,13 @@ def find_model_run(ref: str, root: Path) -> Path | None:
     return matches[0] if len(matches) == 1 else None
 
 
-def optimize_model(request: ModelRequest, user, start_episode, options, say) -> dict:
-    """The whole parent run. `start_episode(task_path, extra_header)` runs one episode and returns its summary
-    (runner.start_run with the command's policy); `say(text)` tells the user what is happening."""
+def optimize_model(request: ModelRequest, user, episodes: Episodes, options, say) -> dict:
+    """The whole parent run: profile, spots as tasks, then continue_model_run. `episodes` starts (and resumes) one
+    episode; `say(text)` tells the user what is happening."""
     from cudagent.agent.trajectory import new_run_id
     from cudagent.device.info import resolve_device
     from cudagent.usermodel.extract import extract_spots
     from cudagent.usermodel.hotspots import profile_user_model
-    from cudagent.usermodel.report import write_report
 
     settings = options.settings
     dev = resolve_device(options.device)
@@ -188,22 +199,50 @@ def optimize_model(request: ModelRequest, user, start_episode, options, say) -> 
         ]
     del model
     for spot in extracted:
-        run.record["spots"].append(spot)
         if spot["task"] is None:
             spot["outcome"] = f"not optimized: {spot.pop('reason')}"
             say(f"spot {spot['spot']}: {spot['outcome']}")
-            run.save()
-            continue
-        spot.pop("reason", None)
+        else:
+            spot.pop("reason", None)
+        run.record["spots"].append(spot)
+    run.save()
+    return continue_model_run(run, request, episodes, options, say)
+
+
+def resume_model_run(directory: Path, episodes: Episodes, options, say) -> dict:
+    """Go on with an interrupted (or failed) model run from its record: spots that ended keep their outcome, the
+    one interrupted resumes its episode run, those not started run, then the put-back, the proof and report.md."""
+    run = ModelRun(directory.name, directory, load_record(directory))
+    if run.record.get("state") == "done":
+        raise CudagentError(f"the model run {run.run_id} is done; start a new one to optimize the model again")
+    run.record["state"] = "running"
+    run.record.setdefault("resumed", []).append(time.time())
+    run.save()
+    say(f"model run {run.run_id}: resuming {run.record['model']}")
+    request = ModelRequest(**{k: v for k, v in run.record["request"].items() if k in ModelRequest.__dataclass_fields__})
+    return continue_model_run(run, request, episodes, options, say)
+
+
+def continue_model_run(run: ModelRun, request: ModelRequest, episodes: Episodes, options, say) -> dict:
+    """Run every spot's episode that has not ended (resuming one that was interrupted), then put back and prove."""
+    for spot in run.record["spots"]:
+        if not spot.get("task") or spot.get("outcome") not in (None, "interrupted"):
+            continue  # not a task, or its episode ended already
+        resumed = spot.get("outcome") == "interrupted" and spot.get("run_id")
         say(
             f"spot {spot['spot']} ({100 * spot['share']:.1f}% of the time, {counted(len(spot['modules']), 'place')}): "
-            "optimizing"
+            + (f"resuming its run {spot['run_id']}" if resumed else "optimizing")
         )
+        spot["outcome"] = "running"
         run.save()
         try:
-            summary = start_episode(Path(spot["task"]), {"parent": run.run_id, "spot": spot["spot"]})
-        except KeyboardInterrupt:
+            if resumed:
+                summary = episodes.resume(spot["run_id"])
+            else:
+                summary = episodes.start(Path(spot["task"]), {"parent": run.run_id, "spot": spot["spot"]})
+        except (KeyboardInterrupt, Terminated):
             spot["outcome"] = "interrupted"
+            spot["run_id"] = spot.get("run_id") or episodes.run_of(run.run_id, spot["spot"])
             run.record["state"] = "interrupted"
             run.save()
             raise
@@ -214,6 +253,7 @@ def optimize_model(request: ModelRequest, user, start_episode, options, say) -> 
             run.save()
             continue
         spot["run_id"] = summary["run_id"]
+        spot.pop("exit_code", None)
         if summary.get("exit_reason") == "policy_error":  # the model server failed mid-episode
             spot["outcome"] = f"failed: the model server failed: {summary.get('error')}"
             spot["exit_code"] = int(ExitCode.ENVIRONMENT)
@@ -226,24 +266,30 @@ def optimize_model(request: ModelRequest, user, start_episode, options, say) -> 
         spot["outcome"] = spot_outcome(best, request.keep_slower or run.record["by"] == "regions")
         spot["end"] = summary.get("exit_reason")
         run.save()
+    return _conclude(run, request, options, say)
+
+
+def _conclude(run: ModelRun, request: ModelRequest, options, say) -> dict:
+    """Failed (no spot became a task, or every episode failed), or the put-back and its proof."""
+    from cudagent.usermodel.report import write_report
+
     tried = [s for s in run.record["spots"] if s.get("task")]
-    if not tried:  # no spot became a task: no episode ran, nothing can be put back
-        run.record["state"] = "failed"
+    why = None
+    if not tried:
         run.record["exit_code"] = int(ExitCode.USAGE)
         reasons = "; ".join(f"{s['spot']}: {s['outcome'].removeprefix('not optimized: ')}" for s in run.record["spots"])
         why = f"no spot could become a task ({reasons or 'the model has no spots'}), so no episode ran"
+    elif all("exit_code" in s for s in tried):  # every spot's episode failed: nothing to put back
+        run.record["exit_code"] = max(s["exit_code"] for s in tried)
+        why = f"every spot failed; the first: {tried[0]['outcome']}"
+    if why is not None:
+        run.record["state"] = "failed"
         run.record["result"] = {"correct": None, "why": why}
         say(f"model run {run.run_id} failed: {why}")
         write_report(run, run.record["result"])
         run.save()
         return run.record
-    if all("exit_code" in s for s in tried):  # every spot's episode failed: nothing to put back
-        run.record["state"] = "failed"
-        run.record["exit_code"] = max(s["exit_code"] for s in tried)
-        run.record["result"] = {"correct": None, "why": f"every spot failed; the first: {tried[0]['outcome']}"}
-        say(f"model run {run.run_id} failed: {run.record['result']['why']}")
-        run.save()
-        return run.record
+    run.record.pop("exit_code", None)
     run.record["result"] = put_back(run, request, options, say)
     run.record["state"] = "done"
     run.save()

@@ -369,3 +369,47 @@ def test_a_kernel_that_breaks_the_model_is_named_and_left_out_and_the_others_are
     assert result["spots"]["head"]["correct"] is False and "values differ" in result["spots"]["head"]["why"], result
     assert result["applied"] == ["blocks_0_act"] and result["correct"] is True, result
     assert result["confinement"]["level"] == "best-effort" and "timing" not in result
+
+
+@pytest.mark.slow
+def test_a_model_run_interrupted_mid_spot_resumes_from_its_record(tmp_path):
+    """Ctrl-C in the first spot's episode, then `--resume last`: the spot's own run goes on under its id, the next
+    spot runs, the kernels are put back and report.md is written (it used to resume the spot's episode alone and
+    leave the model run interrupted for good)."""
+    import os
+    import signal
+
+    model = tmp_path / "project" / "model.py"
+    model.parent.mkdir()
+    shutil.copy2(MODEL, model)
+    cli = {"proc": None, "sent": False}
+
+    def script(step: int, messages: list[dict]):
+        if step == 2 and not cli["sent"]:
+            cli["sent"] = True
+            os.kill(cli["proc"].pid, signal.SIGINT)
+        return _solve(step, messages)
+
+    args = ["optimize", f"{model}:Stack", "--inputs", "x=f32[4,16,64]", "--top", "2", "--device", "cpu"]
+    args += ["--by", "modules", "--no-final-check", "--max-turns", "8", "--keep-slower", "--json"]
+    with ScriptedServer(script) as server:
+        env = cli_env(tmp_path / "home", server.url)
+        cli["proc"] = subprocess.Popen(
+            [sys.executable, "-m", "cudagent", *args], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        _, err = cli["proc"].communicate(timeout=600)
+        assert cli["proc"].returncode == 130, err[-3000:]
+        (parent,) = [p for p in (tmp_path / "home" / "runs").iterdir() if (p / "model-run.json").is_file()]
+        assert f"--resume {parent.name}" in err, err[-1000:]
+        stopped = json.loads((parent / "model-run.json").read_text())
+        first = stopped["spots"][0]
+        assert stopped["state"] == "interrupted" and first["outcome"] == "interrupted" and first["run_id"], stopped
+        again = cudagent(["optimize", "--resume", "last", "--json"], env, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    record = json.loads(again.stdout.strip().splitlines()[-1])
+    assert record["run_id"] == parent.name and record["state"] == "done", record
+    spots = [s for s in record["spots"] if s.get("task")]
+    assert spots[0]["run_id"] == first["run_id"] and spots[0]["outcome"] == "kernel", spots
+    assert len(spots) == 2 and all(s.get("run_id") for s in spots), spots
+    assert record["result"]["correct"] is True and (parent / "report.md").is_file()
