@@ -121,7 +121,9 @@ def _regions(
         from cudagent.cli.output import print_table
 
         title = f"fusion regions of {user.name} on {device} ({report.dtype}, {user.inputs.text(dtype)})"
-        print_table(rows, title, optional=("operators", "ms/call", "alike", "fusion saves"))
+        print_table(rows, title, optional=("rounds", "operators", "ms/call", "alike", "fusion saves"))
+        if report.note:
+            typer.echo(f"note: {report.note}", err=True)
         for k in tried:
             said = f"task {k.task}" if k.task else f"no task: {k.reason}"
             typer.echo(f"region {k.first.name} ({100 * k.share:.1f}%): {said}", err=True)

@@ -4,7 +4,8 @@
     tasks = region_tasks(report, top, directory, device)          KernelBench-format tasks, validated
 
 Regions are ranked by the time the regions of their kind hold together (each measured alone on the model's device,
-on the values one run of the model gave it) and, at equal time, by the bytes fusing them saves. Alike regions (one
+on the values one run of the model gave it, in rounds interleaved with the others and the whole model:
+region_timing.py) and, at equal time, by the bytes fusing them saves. Alike regions (one
 kind) are one task: its kernel serves every one of them, each with its own weights.
 """
 
@@ -32,6 +33,13 @@ class Kind:
     reason: str | None = None
 
     @property
+    def spread(self) -> tuple[float, float] | None:
+        """Together, from their rounds' fastest to their slowest (region_timing.py)."""
+        if not all(r.spread for r in self.regions):
+            return None
+        return sum(r.spread[0] for r in self.regions), sum(r.spread[1] for r in self.regions)
+
+    @property
     def first(self) -> Region:
         return self.regions[0]
 
@@ -44,6 +52,7 @@ class Kind:
             "regions": [r.name for r in self.regions],
             "modules": [m for r in self.regions for m in r.modules],
             "ms": round(self.ms, 5),
+            "spread_ms": [round(x, 5) for x in self.spread] if self.spread else None,
             "share": round(self.share, 4),
             "fused_bytes": self.fused_bytes,
             "task": self.task,
@@ -59,17 +68,21 @@ class RegionReport:
     kinds: list[Kind] = field(default_factory=list)
     program: object = None
     values: dict = field(default_factory=dict)
+    whole_ms: float | None = None  # one call of the whole model, timed in the regions' rounds
+    note: str | None = None  # the regions' times disagree with the whole's (region_timing.py)
 
     def to_dict(self) -> dict:
         return {
             "model": self.model,
             "device": self.device,
             "dtype": self.dtype,
+            "whole_ms": self.whole_ms,
+            "note": self.note,
             "kinds": [k.to_dict() for k in self.kinds],
         }
 
     def table(self, top: int = 15) -> list[list[str]]:
-        rows = [["#", "region", "operators", "alike", "share", "ms/call", "fusion saves"]]
+        rows = [["#", "region", "operators", "alike", "share", "ms/call", "rounds", "fusion saves"]]
         for i, k in enumerate(self.kinds[:top], 1):
             ops = " + ".join(o for o in k.first.ops if o not in _QUIET)
             rows.append(
@@ -80,6 +93,7 @@ class RegionReport:
                     str(len(k.regions)),
                     f"{100 * k.share:.1f}%",
                     f"{k.ms:.4f}",
+                    f"{k.spread[0]:.4f}-{k.spread[1]:.4f}" if k.spread else "-",
                     _bytes(k.fused_bytes),
                 ]
             )
@@ -89,7 +103,12 @@ class RegionReport:
         rows = self.table(top)
         lines = ["| " + " | ".join(rows[0]) + " |", "|" + " --- |" * len(rows[0])]
         lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
-        return f"# Fusion regions of {self.model} ({self.dtype}, {self.device})\n\n" + "\n".join(lines) + "\n"
+        head = f"# Fusion regions of {self.model} ({self.dtype}, {self.device})\n\n"
+        if self.whole_ms:
+            head += f"One call of the whole model: {self.whole_ms:.4f} ms, timed in the same rounds.\n\n"
+        if self.note:
+            head += f"Note: {self.note}.\n\n"
+        return head + "\n".join(lines) + "\n"
 
 
 _QUIET = VIEWS | {"alias"}  # operators a person reading the table does not need
@@ -102,14 +121,15 @@ def _bytes(n: int) -> str:
     return f"{n} B"
 
 
-def region_report(model, args: tuple, kwargs: dict, device: str, name: str, calls: int = 20) -> RegionReport:
+def region_report(model, args: tuple, kwargs: dict, device: str, name: str) -> RegionReport:
     from cudagent.usermodel.region_task import measure, record_values
     from cudagent.usermodel.regions import capture, group
 
     program = capture(model, args, kwargs)
     regions = group(program)
     values = record_values(program, args, kwargs)
-    measure(regions, program, values, device, calls)
+    with_inputs = (lambda: model(*args, **kwargs)) if model is not None else None
+    whole_ms, note = measure(regions, program, values, device, with_inputs)
     by_kind: dict[str, list[Region]] = {}
     for region in regions:
         by_kind.setdefault(region.kind, []).append(region)
@@ -120,7 +140,7 @@ def region_report(model, args: tuple, kwargs: dict, device: str, name: str, call
     kinds.sort(key=lambda k: (-k.ms, -k.fused_bytes))
     first = next((p for p in model.parameters() if p.is_floating_point()), None)
     dtype = str(first.dtype).removeprefix("torch.") if first is not None else "float32"
-    return RegionReport(name, device, dtype, kinds, program, values)
+    return RegionReport(name, device, dtype, kinds, program, values, whole_ms, note)
 
 
 def region_tasks(report: RegionReport, top: int, directory: Path, device: str) -> list[Kind]:

@@ -311,9 +311,13 @@ def region_spots(run: ModelRun, model, args, kwargs, name: str, top: int, device
         return None
     (run.directory / "regions.json").write_text(json.dumps(report.to_dict(), indent=1) + "\n")
     (run.directory / "regions.md").write_text(report.markdown())
-    say("its fusion regions, by kind:")
+    say("its fusion regions, by kind (ms a call: the median of rounds, and their range):")
     for row in report.table(max(10, top))[1:]:
-        say(f"  {row[0]:>3} {row[4]:>6} {row[5]:>9} ms  {row[1]}: {row[2]} (x{row[3]}; fusion saves {row[6]})")
+        rank, name, ops, alike, share, ms, rounds, saves = row
+        say(f"  {rank:>3} {share:>6} {ms:>9} ms ({rounds})  {name}: {ops} (x{alike}; fusion saves {saves})")
+    if report.note:
+        say(f"note: {report.note}")
+        run.record["regions_note"] = report.note
     out = []
     for kind in region_tasks(report, top, run.directory / "tasks", device):
         out.append(

@@ -13,8 +13,6 @@ model's time, that the kernel will run inside torch.compile's graph, and what fu
 
 from __future__ import annotations
 
-import statistics
-import time
 from pathlib import Path
 
 from cudagent.usermodel.putback import attribute_name, region_graph, weights_of  # noqa: F401  (re-exported)
@@ -63,29 +61,28 @@ def record_values(program, args: tuple, kwargs: dict | None = None) -> dict:
     return values
 
 
-def measure(regions: list[Region], program, values: dict, device: str, calls: int = 20) -> None:
-    """Each region's time alone (median of `calls` calls after warm-up, on `device`) and its share of their sum."""
+def measure(regions: list[Region], program, values: dict, device: str, whole=None) -> tuple[float | None, str | None]:
+    """Each region's time alone on `device` (region_timing.py: rounds interleaved with the others and with `whole`,
+    the model's own call), its rounds' spread and its share of their sum; (the whole's time per call, a note when
+    the parts and the whole disagree)."""
     import torch
 
-    cuda = device.startswith("cuda")
+    from cudagent.usermodel.region_timing import time_in_rounds
+
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    calls = []
     for region in regions:
         gm = region_module(program, region).to(device)
         inputs = [values[n] for n in region.inputs]
-        times = []
-        with torch.no_grad():
-            for i in range(calls + 3):
-                if cuda:
-                    torch.cuda.synchronize()
-                start = time.perf_counter()
-                gm(*inputs)
-                if cuda:
-                    torch.cuda.synchronize()
-                if i >= 3:
-                    times.append(time.perf_counter() - start)
-        region.ms = 1000 * statistics.median(times)
+        calls.append(lambda gm=gm, inputs=inputs: gm(*inputs))
+    with torch.no_grad():
+        parts, whole_rounds, note = time_in_rounds(calls, whole, sync)
+    for region, rounds in zip(regions, parts):
+        region.ms, region.spread = rounds.median, rounds.spread
     total = sum(r.ms or 0.0 for r in regions) or 1.0
     for region in regions:
         region.share = (region.ms or 0.0) / total
+    return (whole_rounds.median if whole_rounds else None), note
 
 
 def _maker(value) -> str:

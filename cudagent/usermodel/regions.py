@@ -70,7 +70,8 @@ class Region:
     fused_bytes: int  # bytes of values made and used inside the region, written and read back once each
     shapes: dict[str, list[int]] = field(default_factory=dict)  # node -> shape, for its inputs and outputs
     dtypes: dict[str, str] = field(default_factory=dict)
-    ms: float | None = None  # measured: one call of the region alone, on the model's device
+    ms: float | None = None  # measured: one call of the region alone, on the model's device (median of rounds)
+    spread: tuple[float, float] | None = None  # its rounds' fastest and slowest (region_timing.py)
     share: float | None = None  # of the regions' time together
 
     def describe(self) -> str:
