@@ -217,7 +217,12 @@ def _resume_chat(traj, policy_settings, options, limit_overrides, reporter, lock
     settings.model = settings.model or h["policy"].get("model")
     if settings.mode is None:
         settings.mode = h["policy"].get("mode")
-    policy = settings.build()
+    if h["policy"].get("kind") == "replay":  # played again from the same file
+        from cudagent.agent.replay import ReplayPolicy
+
+        policy = ReplayPolicy(Path(h["policy"]["file"]))
+    else:
+        policy = settings.build()
     run = reopen_run(traj, options, limit_overrides, reporter, _Prepared(policy), lock)
     return drive(run, ChatDriver(run.episode, policy, run.recorders, options.final_evaluation), reporter, policy.model)
 
@@ -357,9 +362,12 @@ class ChatEpisodes:
     options: RunOptions
     reporter: object
     limit_overrides: dict = field(default_factory=dict)
+    policy: object = None  # a policy of its own (a replay) instead of the one the settings describe
 
     def start(self, task_path: Path, extra_header: dict) -> dict:
-        return start_run(Path(task_path), self.policy_settings, self.options, self.reporter, extra_header=extra_header)
+        return start_run(
+            Path(task_path), self.policy_settings, self.options, self.reporter, self.policy, extra_header=extra_header
+        )
 
     def resume(self, run_id: str) -> dict:
         traj, lock = open_run(run_id, self.options.settings)

@@ -100,6 +100,12 @@ def optimize(
     tokenizer: str = typer.Option(
         None, help="The model's tokenizer (a directory or .gguf file), for --token-mode.", rich_help_panel=MODEL_PANEL
     ),
+    replay: Path = typer.Option(
+        None,
+        help="Play recorded tool calls (a replay file, e.g. examples/replays/kernels-cpu.json) instead of a model: "
+        "the real loop, evaluator and git, no model server; the run says it was a replay.",
+        rich_help_panel=MODEL_PANEL,
+    ),
     seed: int = typer.Option(None, help="Sampling seed of a local hf: model.", rich_help_panel=MODEL_PANEL),
     base_url: str = typer.Option(
         None, help="OpenAI-compatible endpoint; default $OPENAI_BASE_URL.", rich_help_panel=MODEL_PANEL
@@ -260,13 +266,16 @@ def optimize(
                 task, module, inputs, init, _text(example), _text(hf), top, keep_slower, by, mode, dtype
             )
             request.check_paths()  # a missing file first (exit 2), as the README orders them
-            server_address(base_url)  # no server configured: said before the model is loaded (torch: seconds)
+            played = _replay_policy(replay, base_url, model, token_mode)
+            if played is None:
+                server_address(base_url)  # no server configured: said before the model is loaded (torch: seconds)
 
             user = request.load()  # the model and its inputs first (exit 2), then the server (exit 3), then the work
-            reach_server(settings)
+            if played is None:
+                reach_server(settings)
             resuming_model = True
             _model_run(lambda episodes, say: optimize_model(request, user, episodes, options, say), settings, options,
-                       overrides, reporter, as_json)  # fmt: skip
+                       overrides, reporter, as_json, played)  # fmt: skip
         else:
             task = Path(task)
             if not task.is_file():
@@ -287,8 +296,10 @@ def optimize(
                 )
                 summary = start_token_run(task, token, options, reporter)
             else:
-                server_address(base_url)  # before the task is loaded and the evaluator started
-                summary = start_run(task, settings, options, reporter)
+                played = _replay_policy(replay, base_url, model, token_mode)
+                if played is None:
+                    server_address(base_url)  # before the task is loaded and the evaluator started
+                summary = start_run(task, settings, options, reporter, policy=played)
     except KeyboardInterrupt:
         reporter.close()
         typer.echo(f"cudagent: interrupted; continue with `{_resume_command(resuming_model, env_settings)}`", err=True)
@@ -316,11 +327,25 @@ def optimize(
     raise typer.Exit(int(code))
 
 
-def _model_run(work, settings, options, overrides: dict, reporter, as_json: bool) -> None:
+def _replay_policy(replay: Path | None, base_url, model, token_mode: bool):
+    """The replay policy `--replay FILE` asks for (agent/replay.py), or None; never beside a model server's options."""
+    if replay is None:
+        return None
+    if base_url or model or token_mode:
+        raise CudagentError(
+            "--replay plays recorded calls instead of a model: give no --base-url, --model or --token-mode"
+        )
+    from cudagent.agent.replay import ReplayPolicy
+
+    return ReplayPolicy(replay)
+
+
+def _model_run(work, settings, options, overrides: dict, reporter, as_json: bool, policy=None) -> None:
     """Run `work(episodes, say)` (a new model run, or a resumed one), print its record, exit with its code."""
     from cudagent.agent.runner import ChatEpisodes
 
-    episodes = ChatEpisodes(settings, options, reporter, {k: v for k, v in overrides.items() if v is not None})
+    limits = {k: v for k, v in overrides.items() if v is not None}
+    episodes = ChatEpisodes(settings, options, reporter, limits, policy)
     say = lambda text: typer.echo(f"cudagent: {text}", err=True)  # noqa: E731
     record = work(episodes, say)
     reporter.close()
