@@ -572,3 +572,19 @@ def test_r3_a_model_run_with_no_task_is_failed_with_its_report(tmp_path):
     assert any(json.loads(x).get("state") == "failed" for x in runs.stdout.splitlines()), runs.stdout
     report = next((tmp_path / "home" / "runs").glob("*/report.md")).read_text()
     assert "nothing put back" in report and "no episode ran" in report
+
+
+@pytest.mark.slow
+def test_r3_a_log_has_no_silent_stretch_within_a_turn(tmp_path):
+    """With stderr a file or a pipe, a turn's line came only when the turn ended (the model's reply and the tools
+    took 19-98 s with nothing said). Now each step says so as it starts."""
+    task = write_task(tmp_path / "t")
+    steps = [{"tool": "bash", "arguments": {"command": "echo hi"}}, FINISH]
+    with ScriptedServer(from_list(steps)) as server:
+        done = cudagent(
+            ["optimize", str(task), "--device", "cpu", "--no-final-check"], cli_env(tmp_path / "h", server.url)
+        )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stderr.splitlines()
+    order = [i for i, ln in enumerate(lines) if ln in ("turn 1: the model...", "turn 1: bash...")]
+    assert len(order) == 2 and order[0] < order[1] < lines.index(next(ln for ln in lines if ln.startswith("turn 1/")))

@@ -40,6 +40,7 @@ class ChatDriver:
                     break
                 for why in ep.notices():
                     self.recorders.notice(why, ep.state.turn)
+                self.recorders.started(ep.state.turn + 1, "the model")
                 try:
                     reply = await self.policy.reply(self._context(ep.messages + ep.pending), self.tools)
                 except ContextOverflow as exc:

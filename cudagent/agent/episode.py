@@ -227,6 +227,7 @@ class Episode:
         self.messages: list[dict] = list(messages) if messages is not None else self.opening(baselines)
         self.best_files = best_files
         self.on_improvement = on_improvement
+        self.on_call = None  # told (turn, "compile") as each tool call starts: a progress line for a person
         self.pending: list[dict] = []  # notices not yet part of a turn
         self._clock_start = time.monotonic()
         self._elapsed_at_start = self.state.elapsed_s
@@ -341,6 +342,8 @@ class Episode:
             self.state.invalid_calls += 1
             return Observation(f"error: {call.error}", ok=False)
         self.state.valid_calls += 1
+        if self.on_call is not None:
+            self.on_call(turn, call.name)
         signature = call.name + json.dumps(call.arguments, sort_keys=True)
         digest = hashlib.sha256(signature.encode()).hexdigest()[:16]
         self.state.repeats = self.state.repeats + 1 if digest == self.state.last_action else 1

@@ -16,8 +16,10 @@ import sys
 from pathlib import Path
 
 
-def gguf_to_hf(gguf: Path, dest: Path) -> Path:
-    """Write the Hugging Face folder for `gguf` at `dest` (which must not exist); returns `dest`."""
+def gguf_to_hf(gguf: Path, dest: Path, say=lambda text: None) -> Path:
+    """Write the Hugging Face folder for `gguf` at `dest` (which must not exist); returns `dest`. `say(text)` is
+    told of each step (they take up to a minute or two on a small CPU)."""
+    say("loading transformers")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf, dest = Path(gguf).resolve(), Path(dest)
@@ -28,8 +30,11 @@ def gguf_to_hf(gguf: Path, dest: Path) -> Path:
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
+        say(f"reading the tokenizer from {gguf.name}")
         AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(tmp)
+        say(f"reading and dequantizing the weights of {gguf.name}")
         loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        say(f"writing {dest}")
         try:
             loaded.save_pretrained(tmp)
         except (ValueError, NotImplementedError, RuntimeError) as exc:
@@ -50,7 +55,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("usage: python -m cudagent.agent.gguf MODEL.gguf DEST\n")
         return 2
     try:
-        done = gguf_to_hf(Path(argv[0]), Path(argv[1]))
+        done = gguf_to_hf(Path(argv[0]), Path(argv[1]), say=lambda text: print(f"cudagent: {text}...", file=sys.stderr))
     except (FileNotFoundError, FileExistsError) as exc:
         sys.stderr.write(f"cudagent: {exc}\n")
         return 2

@@ -29,6 +29,9 @@ class Recorder:
     def notice(self, reason: str, turn: int) -> None:
         pass
 
+    def started(self, turn: int, what: str) -> None:
+        """Something that may take a while began (the model's reply, a tool call): for a person watching."""
+
     def turn(self, turn: Turn, state: EpisodeState, extra: dict) -> dict:
         return {}
 
@@ -49,6 +52,10 @@ class Recorders(Recorder):
     def notice(self, reason: str, turn: int) -> None:
         for r in self.recorders:
             r.notice(reason, turn)
+
+    def started(self, turn: int, what: str) -> None:
+        for r in self.recorders:
+            r.started(turn, what)
 
     def turn(self, turn: Turn, state: EpisodeState, extra: dict | None = None) -> dict:
         extra = dict(extra or {})
@@ -154,6 +161,11 @@ class EventRecorder(Recorder):
 
     def notice(self, reason: str, turn: int) -> None:
         self.report.event({"event": "notice", "reason": reason, "turn": turn})
+
+    def started(self, turn: int, what: str) -> None:
+        progress = getattr(self.report, "progress", None)
+        if progress is not None:
+            progress(turn, what)
 
     def turn(self, turn: Turn, state: EpisodeState, extra: dict) -> dict:
         self.report.event(

@@ -270,6 +270,7 @@ def _assemble(run_id, traj, repo, evaluator, episode, sandbox, reporter, limits,
         EventRecorder(reporter, limits),
     )
     episode.on_improvement = recorders.improved
+    episode.on_call = recorders.started
     return Run(run_id, traj, repo, evaluator, episode, recorders, sandbox, lock)
 
 

@@ -32,8 +32,15 @@ class JsonEvents:
 
 
 class PlainLines:
+    """A log (stderr is a file or a pipe): a line per turn, and a line as each step of a turn starts, so that a
+    long model reply or build is never a silent stretch."""
+
     def __init__(self, stream=None):
         self.stream = stream or sys.stderr
+
+    def progress(self, turn: int, what: str) -> None:
+        self.stream.write(f"turn {turn}: {what}...\n")
+        self.stream.flush()
 
     def event(self, e: dict) -> None:
         line = _line(e)
@@ -58,6 +65,7 @@ class LivePanel:
         # transient: the panel goes when the run ends, so the last lines are the end and the summary, not a panel
         self.live = Live(console=self.console, refresh_per_second=4, transient=True)
         self.state = {"turn": 0, "max_turns": 0, "tokens": 0, "elapsed_s": 0.0, "best": None, "last": "starting"}
+        self.now = ""
         self.started = time.monotonic()
         self.live.start()
 
@@ -80,6 +88,10 @@ class LivePanel:
                 self.console.print(line, highlight=False, markup=False)
         self.live.update(self._panel())
 
+    def progress(self, turn: int, what: str) -> None:
+        self.now = f"turn {turn}: {what}"
+        self.live.update(self._panel())
+
     def _panel(self):
         from rich.panel import Panel
         from rich.table import Table
@@ -96,6 +108,8 @@ class LivePanel:
         )
         t.add_row("best", _best_text(s["best"]), "model", str(s.get("model") or "?"), "", "")
         t.add_row("last", shown(str(s["last"]))[:100], "", "", "", "")
+        if self.now:
+            t.add_row("now", shown(self.now)[:100], "", "", "", "")
         return Panel(t, title=f"cudagent optimize  {s.get('branch') or ''}", expand=False)
 
     def summary(self, summary: dict) -> None:

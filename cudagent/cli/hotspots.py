@@ -64,18 +64,24 @@ def hotspots(
 
     if iterations <= 0 or top <= 0 or tasks < 0:
         raise typer.BadParameter("must be positive", param_hint="--iterations / --top / --tasks")
+    say = lambda text: typer.echo(f"cudagent: {text}...", err=True)  # noqa: E731  (no silent stretch in a log)
     user = load_user_model(target, module, inputs, init, example, hf)  # a missing file: one sentence, before torch
     dev = resolve_device(device)
+    say(f"building {user.name} on {dev.kind}" + (f" in {dtype}" if dtype else ""))
     model, args, kwargs = user.make(seed=0, device=dev.kind, dtype=dtype)
     if regions:
+        say("capturing its graph (torch.export) and timing each fusion region in rounds")
         _regions(user, model, args, kwargs, dev.kind, top, tasks, out, as_json, dtype)
+    say(f"profiling {iterations} calls")
     found = profile_user_model(user, model, args, kwargs, dev.kind, iterations)
     directory = out or Settings.from_env().home / "hotspots" / f"{_stem(user.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
     directory.mkdir(parents=True, exist_ok=True)
     record = {**found.to_dict(), "inputs": user.inputs.text(dtype), "built": user.source, "notes": user.notes}
     if tasks:
+        from cudagent.text import counted
         from cudagent.usermodel.extract import extract_spots
 
+        say(f"turning the first spots into {counted(tasks, 'validated task file')}")
         extracted = extract_spots(model, found, tasks, directory / "tasks", dev.kind, user.name)
         record["tasks"] = [e.to_dict() for e in extracted]
     (directory / "hotspots.json").write_text(json.dumps(record, indent=2) + "\n")
