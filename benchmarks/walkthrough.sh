@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A newcomer's first hour, replayed: a clean clone of this repository, the README's quickstart and its "Your own
-# model" commands on the CPU, with the README's no-API model server (SmolLM2-135M served by `transformers serve`).
+# A newcomer's first hour, replayed: a clean clone of this repository, the README's quickstart (the whole loop,
+# played from a recorded episode) and its "Your own model" commands on the CPU (a model run played the same way),
+# then the README's real-model recipe (SmolLM2-135M served by `transformers serve`).
 # Every command is printed with its exit code and wall time.
 #   benchmarks/walkthrough.sh [OUT]      (default benchmarks/results/walkthrough/transcript.txt)
 set -uo pipefail
@@ -25,12 +26,17 @@ echo "# walkthrough of $(git -C "$ROOT" rev-parse --short HEAD) on $(date -u +%Y
 git clone -q "$ROOT" "$WORK/clone"
 
 # The README's Quickstart: its first command, verbatim
-step "Quickstart: install and check an example on the CPU" "$(grep -m1 '^python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 && pip install -e . &&' "$WORK/clone/README.md")"
+TAIL=30 step "Quickstart: install, then the whole loop on the CPU with no model server (a replay), and its log" "$(grep -m1 '^python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 && pip install -e . &&' "$WORK/clone/README.md")"
 A=". .venv/bin/activate &&"
+TAIL=45 step "... one turn with its diff, as a reviewer reads it" "$A cudagent show last 6"
+step "... the run's branch, with ordinary git" "git log --format='%h %s' \$(git branch --list 'cudagent/*' --format='%(refname:short)' | tail -1) | head -8"
 step "... the same check, timed against eager and torch.compile (each phase told as it starts)" "$A cudagent check examples/tasks/softmax.py examples/solutions/cpu/softmax --device cpu"
 step "Your own model: where its time goes" "$A cudagent hotspots examples/models/block.py:Stack --inputs 'x=f32[8,64,256]' --device cpu"
 step "... by fusion regions" "$A cudagent hotspots examples/models/block.py:Stack --inputs 'x=f32[8,64,256]' --device cpu --regions"
 step "... at an 80-column width" "$A COLUMNS=80 cudagent hotspots examples/models/block.py:Stack --inputs 'x=f32[8,64,256]' --device cpu --regions --top 6"
+step "... its spots as tasks (--tasks counts tasks written)" "$A cudagent hotspots examples/models/block.py:Stack --inputs 'x=f32[8,64,256]' --device cpu --tasks 2 --out \$CUDAGENT_HOME/h"
+TAIL=20 step "a model run played from the replay: the put-back, the proof and report.md, no model server" "$A $(sed -n '/^cudagent optimize examples\/models\/block.py:Stack/,/--device cpu/p' "$WORK/clone/README.md" | tr -d '\\\n' | sed 's/#.*//')"
+step "... its report" "$A cat \$(ls -td \$CUDAGENT_HOME/runs/stack-*/ | head -1)report.md"
 step "a mistyped input shape" "$A cudagent hotspots examples/models/block.py:Stack --inputs 'x=f32[8,,256]' --device cpu"
 step "optimize with no model server configured" "$A cudagent optimize examples/models/block.py:Stack --inputs 'x=f32[8,64,256]' --device cpu --top 1"
 step "optimize with a server address where nothing listens" "$A OPENAI_BASE_URL=http://127.0.0.1:9/v1 cudagent optimize examples/models/block.py:Stack --inputs 'x=f32[8,64,256]' --device cpu --top 1"

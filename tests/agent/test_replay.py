@@ -83,3 +83,26 @@ def test_the_readme_first_command_shows_the_whole_loop(tmp_path):
     for tool in ("compile", "verify", "profile", "finish"):
         assert re.search(rf"^\s+\d+ .*{tool}", log, re.MULTILINE), (tool, log)
     assert "*best*" in log and "tier" in log, log
+
+
+@pytest.mark.slow
+def test_a_model_run_played_from_the_replay_puts_back_and_reports(tmp_path):
+    """The README's model-run example with no model server (here on smaller inputs and one spot of each kind the
+    replay knows): every spot's episode is played, verified and put back, and report.md is written."""
+    readme = (ROOT / "README.md").read_text()
+    assert "--replay examples/replays/kernels-cpu.json --device cpu" in readme and "--by modules" in readme
+    model = tmp_path / "block.py"
+    model.write_text((ROOT / "examples" / "models" / "block.py").read_text())
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
+    env.update(CUDAGENT_HOME=str(tmp_path / "home"), PYTHONWARNINGS="ignore")
+    argv = [sys.executable, "-m", "cudagent", "optimize", f"{model}:Block", "--init", "[64, 2, 128]"]
+    argv += ["--inputs", "x=f32[2,16,64]", "--by", "modules", "--top", "2", "--keep-slower", "--no-final-check"]
+    argv += ["--replay", str(REPLAY), "--device", "cpu", "--json"]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(done.stdout.strip().splitlines()[-1])
+    played = [s for s in record["spots"] if s.get("run_id")]
+    assert played and all(s["outcome"] == "kernel" for s in played), record["spots"]
+    assert record["result"]["correct"] is True, record["result"]
+    report = (Path(record["result"]["package"]).parent / "report.md").read_text()
+    assert "kernels put back" in report and "replay" not in report.split("\n")[0]
