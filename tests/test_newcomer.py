@@ -588,3 +588,22 @@ def test_r3_a_log_has_no_silent_stretch_within_a_turn(tmp_path):
     lines = done.stderr.splitlines()
     order = [i for i, ln in enumerate(lines) if ln in ("turn 1: the model...", "turn 1: bash...")]
     assert len(order) == 2 and order[0] < order[1] < lines.index(next(ln for ln in lines if ln.startswith("turn 1/")))
+
+
+@pytest.mark.slow
+def test_r3_a_model_run_that_puts_nothing_back_still_writes_its_report_and_branch(tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text(OWN_FIRST)
+    env = cli_env(tmp_path / "home", None)
+    with ScriptedServer(from_list([FINISH])) as server:  # every episode gives up at once: no kernel anywhere
+        env.update(OPENAI_BASE_URL=server.url, OPENAI_API_KEY="k")
+        args = ["optimize", f"{model}:Model", "--inputs", "x=f32[64,256]", "--device", "cpu", "--by", "modules"]
+        done = cudagent([*args, "--top", "1", "--json", "--no-final-check"], env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads(done.stdout.splitlines()[-1])
+    assert record["state"] == "done" and record["result"]["correct"] is None, record
+    report = next((tmp_path / "home" / "runs").glob("*/report.md")).read_text()
+    assert report.startswith(f"# {record['model']}: nothing put back") and "Apply it" not in report
+    repo = record["repo"]["repo_dir"]
+    assert git(repo, "log", "-1", "--format=%s").strip().endswith("nothing put back")
+    assert "report.md" in git(repo, "show", "--name-only", "--format=", "HEAD").split()
