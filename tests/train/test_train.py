@@ -896,7 +896,7 @@ def test_sigterm_stops_a_stage_submitted_to_a_ray_cluster(tmp_path):
 
         # Ready means a job can be submitted: the head's job server answers `ray job list` seconds before the
         # node's job agent takes submissions, and a submission in between fails ("Failed to get head node agent").
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 300  # a loaded two-core machine took over three minutes once
         ready = [ray, "job", "submit", "--address", address, "--", sys.executable, "-c", "pass"]
         while subprocess.run(ready, env=env, capture_output=True).returncode:
             assert head.poll() is None and time.monotonic() < deadline, "the head node never took a job"
