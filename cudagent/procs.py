@@ -5,6 +5,8 @@ kept as a head and a tail, and a timeout kills the program's whole process tree.
 (reaper.py): whatever it leaves running when it ends, in its group or out of it, is killed then. Optional Limits
 bound the memory and the number of processes of the program's whole tree (a watchdog that kills it) and the size of
 any file it writes (RLIMIT_FSIZE, set before the program starts).
+
+A little over 400 lines in one module: starting, watching and ending a process tree read the same /proc facts.
 """
 
 from __future__ import annotations

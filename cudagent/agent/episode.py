@@ -11,7 +11,7 @@ What the loop adds to the history is always a `tool` or `user` message: the toke
 verified kernel is reported to `on_improvement` at once (the git recorder commits the workspace then, so the commit
 holds exactly what was evaluated), and its files are kept as a snapshot, so the final evaluation needs no git.
 
-It stays one module (a little over 400 lines): the episode's state, limits and turn are one object's parts, and
+It stays one module (about 470 lines): the episode's state, limits and turn are one object's parts, and
 splitting them would make every driver import three modules to step one thing.
 """
 

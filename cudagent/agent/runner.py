@@ -7,7 +7,7 @@ a token-level backend) and the recorders keep the branch, the trajectory and the
 trajectory, resets the branch to the last recorded head (a turn cut off by a crash left nothing behind) and goes
 on with the same model server, unless told otherwise.
 
-It stays one module (a little over 400 lines): new and resumed runs share their set-up step by step, and a
+It stays one module (about 430 lines): new and resumed runs share their set-up step by step, and a
 split would put the two halves of each step in different files.
 """
 

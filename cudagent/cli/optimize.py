@@ -1,4 +1,8 @@
-"""`cudagent optimize`: run or resume the agent."""
+"""`cudagent optimize`: run or resume the agent, on a task (an episode) or on a model of your own (a model run).
+
+About 440 lines, most of them the command's options: its three kinds of run (a task with a chat policy or a
+replay, token mode, a model run) and their resumption share those options and their checks, which is why they stay
+in one command module (command modules may not import each other: tests/test_layout.py)."""
 
 from __future__ import annotations
 

@@ -161,7 +161,8 @@ def export(
 
     parent = _find_model_run(run)
     if parent is not None:
-        from cudagent.usermodel.modelrun import kernel_spots, load_record, write_kernels
+        from cudagent.usermodel.delivery import kernel_spots, write_kernels
+        from cudagent.usermodel.modelrun import load_record
 
         record = load_record(parent)
         spots = kernel_spots(record, Settings.from_env().runs_root)

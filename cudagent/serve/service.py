@@ -13,7 +13,7 @@ restarts the workers; it never builds or runs anything itself, and never runs a 
 
 Refusals are `{"error": {"code", "message"}}` with an HTTP status; 503 answers carry Retry-After.
 
-It stays one module (a little over 400 lines): the front's handlers, its worker handles and the middlewares
+It stays one module (about 450 lines): the front's handlers, its worker handles and the middlewares
 share the routing table and the limits; the workers live in worker.py, the wire format in wire.py.
 """
 

@@ -9,7 +9,7 @@ kernel in place of the modules it serves.
 
 A replacement is the spot's ModelNew holding the replaced module's own weights (its state_dict under `op.`, the
 task's layout, which the evaluator already required of ModelNew strictly), on that module's device and dtype. The
-same package is what `cudagent optimize` puts back to prove the speedup (modelrun.put_back) and what `cudagent export`
+same package is what `cudagent optimize` puts back to prove the speedup (delivery.put_back) and what `cudagent export`
 writes: one way from a run to a patched model.
 """
 

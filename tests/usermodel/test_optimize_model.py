@@ -19,82 +19,10 @@ from tests.agent.script_server import ScriptedServer, from_list
 
 MODEL = Path(__file__).with_name("model.py")
 
-HEAD = """#include <torch/types.h>
-#include <torch/csrc/utils/pybind.h>
-#include <cmath>
-
-#include "../binding_registry.h"
-"""
-KERNELS = {
-    "Linear": """
-static torch::Tensor spot_forward(torch::Tensor x, torch::Tensor w, torch::Tensor b) {
-    TORCH_CHECK(x.is_contiguous() && x.scalar_type() == torch::kFloat32, "float32 contiguous input");
-    const int64_t k = x.size(-1), n = w.size(0), m = x.numel() / k;
-    auto sizes = x.sizes().vec();
-    sizes.back() = n;
-    auto out = torch::empty(sizes, x.options());
-    const float *px = x.data_ptr<float>(), *pw = w.data_ptr<float>(), *pb = b.data_ptr<float>();
-    float* po = out.data_ptr<float>();
-#pragma omp parallel for
-    for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-            float acc = pb[j];
-            for (int64_t t = 0; t < k; ++t) acc += px[i * k + t] * pw[j * k + t];
-            po[i * n + j] = acc;
-        }
-    return out;
-}
-""",
-    "LayerNorm": """
-static torch::Tensor spot_forward(torch::Tensor x, torch::Tensor w, torch::Tensor b) {
-    TORCH_CHECK(x.is_contiguous() && x.scalar_type() == torch::kFloat32, "float32 contiguous input");
-    const int64_t d = x.size(-1), rows = x.numel() / d;
-    auto out = torch::empty_like(x);
-    const float *px = x.data_ptr<float>(), *pw = w.data_ptr<float>(), *pb = b.data_ptr<float>();
-    float* po = out.data_ptr<float>();
-#pragma omp parallel for
-    for (int64_t r = 0; r < rows; ++r) {
-        double mean = 0, var = 0;
-        for (int64_t t = 0; t < d; ++t) mean += px[r * d + t];
-        mean /= d;
-        for (int64_t t = 0; t < d; ++t) var += (px[r * d + t] - mean) * (px[r * d + t] - mean);
-        const double inv = 1.0 / std::sqrt(var / d + 1e-5);
-        for (int64_t t = 0; t < d; ++t) po[r * d + t] = (px[r * d + t] - mean) * inv * pw[t] + pb[t];
-    }
-    return out;
-}
-""",
-    "GELU": """
-static torch::Tensor spot_forward(torch::Tensor x) {
-    TORCH_CHECK(x.is_contiguous() && x.scalar_type() == torch::kFloat32, "float32 contiguous input");
-    auto out = torch::empty_like(x);
-    const float* px = x.data_ptr<float>();
-    float* po = out.data_ptr<float>();
-    const int64_t n = x.numel();
-#pragma omp parallel for
-    for (int64_t i = 0; i < n; ++i) po[i] = 0.5f * px[i] * (1.0f + std::erf(px[i] * 0.70710678f));
-    return out;
-}
-""",
-}
-REGISTER = """
-static void register_spot(pybind11::module& m) { m.def("spot_forward", &spot_forward); }
-
-REGISTER_BINDING(spot, register_spot);
-"""
-MODEL_NEW = """import torch.nn as nn
-
-import cuda_extension
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.op = {call}
-
-    def forward(self, x0):
-        return cuda_extension.spot_forward({args})
-"""
+# The known-good C++ kernels of each module kind and ModelNew's template: the replay's (examples/replays/make.py)
+MODULES = Path(__file__).resolve().parents[2] / "examples" / "replays" / "modules"
+KERNELS = {kind: (MODULES / f"{kind.lower()}_cpu.cpp").read_text() for kind in ("Linear", "LayerNorm", "GELU")}
+MODEL_NEW = (MODULES / "model_new.py.j2").read_text().replace("{{ call }}", "{call}").replace("{{ args }}", "{args}")
 
 
 def _solve(step: int, messages: list[dict]):
@@ -109,7 +37,7 @@ def _solve(step: int, messages: list[dict]):
     steps = [
         {
             "tool": "write_file",
-            "arguments": {"path": "kernels/spot_cpu.cpp", "content": HEAD + KERNELS[kind] + REGISTER},
+            "arguments": {"path": "kernels/spot_cpu.cpp", "content": KERNELS[kind]},
         },
         {
             "tool": "write_file",
@@ -345,7 +273,8 @@ class ModelNew(nn.Module):
 def test_a_kernel_that_breaks_the_model_is_named_and_left_out_and_the_others_are_put_back(tmp_path):
     """prove.py on a package of two spots, one of them wrong: each spot is tried alone, the wrong one is reported
     and left out, the model patched with the other matches the original."""
-    from cudagent.usermodel.modelrun import ModelRequest, prove_package
+    from cudagent.usermodel.delivery import prove_package
+    from cudagent.usermodel.modelrun import ModelRequest
     from cudagent.usermodel.package import write_package
 
     model = tmp_path / "model.py"
