@@ -117,7 +117,7 @@ def test_alike_layers_share_a_kind_and_one_op():
 def test_a_region_runs_alone_as_in_the_model_and_becomes_a_valid_task(llama, tmp_path):
     model, args, program, regions = llama
     values = record_values(program, args)
-    measure(regions, program, values, "cpu", calls=3)
+    measure(regions, program, values, "cpu")
     assert abs(sum(r.share for r in regions) - 1.0) < 1e-6
     (gated,) = [r for r in regions if "silu" in r.ops]
     gm = region_module(program, gated)
