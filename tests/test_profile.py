@@ -39,7 +39,7 @@ def test_timing_decides_the_tier_on_cpu(axpby_env, axpby_task):
     args = [sys.executable, "-m", "cudagent", "check", axpby_task, "examples/solutions/cpu/axpby"]
     proc = subprocess.run([*args, "--device", "cpu", "--json"], capture_output=True, text=True, cwd=ROOT,
                           env=axpby_env, timeout=900)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 0, proc.stderr + proc.stdout[-3000:]
     verdict = json.loads(proc.stdout)
     times = verdict["time_ms"]
     assert all(isinstance(times[k], float) and times[k] > 0 for k in ("eager", "compile", "candidate"))
@@ -127,7 +127,9 @@ def test_a_stale_cached_baseline_is_measured_again(tmp_path):
         float(x) for x in re.search(r"\(([\d.]+) ms\) was stale: re-measured alone at ([\d.]+) ms", notes[0]).groups()
     )
     assert any(old == pytest.approx(ms, abs=1e-4) for ms in stale), (old, stale)
-    assert second["time_ms"]["eager"] == pytest.approx(fresh, abs=1e-4)
+    # compared: the slower of the fresh clean figure and the evaluator's own clock's (parent_clock.py)
+    parent = second["timing"]["parent_clock"]["ms_per_call"]["eager"]
+    assert second["time_ms"]["eager"] == pytest.approx(max(fresh, parent), abs=1e-4)
     assert any(fresh == pytest.approx(ms, abs=1e-4) for ms in _cached_medians_ms(tmp_path / "cache"))
     over_10x = second["speedup_vs_eager"] > 10
     assert any(f.startswith("SPEEDUP_OVER_10X") for f in second["flags"]) == over_10x

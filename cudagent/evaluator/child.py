@@ -31,6 +31,7 @@ import cudagent.evaluator.host_ops as host_ops
 import cudagent.evaluator.jail.confine as confine
 import cudagent.evaluator.jail.privileges as isolation
 import cudagent.evaluator.timing.measure as measure
+import cudagent.evaluator.timing.parent_clock as parent_clock
 import cudagent.evaluator.transforms as transforms
 import cudagent.evaluator.wire as wire
 import cudagent.trees as trees
@@ -57,6 +58,10 @@ class Harness(TaskHostOps):
         self.inputs: list | None = None  # the buffers of the last call, kept for in-place mutation trials
         self.last_outputs = None  # kept alive so the allocator cannot legitimately hand their memory out again
         self.timing_sets: list[list] = []
+        self.pristine: list[list] = []  # the timing sets as drawn: each call's contents are made from them
+        self.pristine_specs: list = []  # a baseline worker's reading of its own sets (transforms.InputSpec)
+        self.batch_last = None  # the last outputs of the last batch, for `batch_output`
+        self.flush_buffer = None
         self.targets: dict = {}
         self.own_roots: tuple[
             str, ...
@@ -303,6 +308,44 @@ class Harness(TaskHostOps):
         kept = {str(c): {"set": k, "outputs": o} for c, (k, o) in result.pop("kept").items()}
         return {**result, "kept": kept}
 
+    def op_batch(self, msg: dict) -> dict:
+        """Call a target `n` times over the timing sets in turn, each call on contents never seen before (its set's
+        pristine draw under the next draw of the seeded stream, which the parent replays), on a GPU after an L2
+        flush and followed by a synchronize; send at once an early frame with the float64 sums of the
+        last call's outputs (parent_clock.py: the parent's clock runs from the request to that frame), then the
+        reply. The last outputs are kept for `batch_output`."""
+        sets, fn = self.timing_sets, self._target(msg.get("target"))
+        if msg.get("specs") is not None:
+            specs = [transforms.InputSpec.from_list(items) for items in msg["specs"]]
+        else:  # a baseline worker: its own sets, its own reading of them
+            specs = self.pristine_specs
+        stream = transforms.ParamStream(int(msg["seed"]))
+        flush = self._flush() if self.device.type == "cuda" else None
+        n, k, out = int(msg["n"]), 0, None
+        self.batch_last = None
+        with torch.no_grad():
+            for c in range(n):
+                k = c % len(sets)
+                specs[k].apply(self.pristine[k], stream.next(len(sets[k])), out=sets[k])
+                if flush is not None:
+                    flush.zero_()
+                out = None  # the previous call's outputs go before the next call allocates its own
+                out = fn(*sets[k])
+                self._sync()
+        self.batch_last = out
+        # the parent's clock stops at this frame; the reply after it carries the checks every reply gets
+        self.ch.send({"early": True, "n": n, "set": k, "checksum": parent_clock.checksums(out)})
+        return {}
+
+    def op_batch_output(self, msg: dict) -> dict:
+        """The last batch's last outputs (the parent checks them against the reference, its clock stopped)."""
+        return {"outputs": self.batch_last}
+
+    def _flush(self):
+        if self.flush_buffer is None:
+            self.flush_buffer = measure.flush_buffer(self.device, 0)
+        return self.flush_buffer
+
     def op_warm(self, msg: dict) -> dict:
         """One call of a target on the first input set, untimed (a compiled reference compiles here)."""
         fn = self._target(msg.get("target"))
@@ -341,7 +384,8 @@ class Harness(TaskHostOps):
         self._use_device(msg["device"])
         task = Task(name=msg["name"], source=msg["source"])
         model = task.build_model(seed=int(msg["seed"]), device=msg["device"])
-        self.targets = {"eager": model}
+        # "null": a call that does nothing, whose batches cost what every target's do besides the call itself
+        self.targets = {"eager": model, "null": _null_call}
         if msg.get("compile_mode"):
             mode = None if msg["compile_mode"] == "default" else msg["compile_mode"]
             self.targets["compile"] = torch.compile(model, mode=mode)
@@ -354,6 +398,8 @@ class Harness(TaskHostOps):
         self.timing_sets = measure.draw_input_sets(
             lambda i: self.task.make_inputs(int(seeds[i]), msg["device"]), self.device
         )
+        self.pristine = [[trees.clone(x) for x in s] for s in self.timing_sets]
+        self.pristine_specs = [transforms.InputSpec.of(s) for s in self.pristine]
         return {"sets": len(self.timing_sets)}
 
     def op_peaks(self, msg: dict) -> dict:
@@ -361,6 +407,10 @@ class Harness(TaskHostOps):
 
         self._use_device(msg["device"])
         return {"peaks": measure_peaks(self.device)}
+
+
+def _null_call(*inputs):
+    return next(iter(tensors(inputs)), None)
 
 
 def _harness_modules() -> list:

@@ -89,6 +89,7 @@ CODES: dict[str, str] = {
     "TIMING_BELOW_FLOOR": "the measured time is under half the physical floor (the bytes that must move / bandwidth)",
     "TIMING_WALL_MISMATCH": "the wall clock and the CUDA events disagree (work outside the timed stream)",
     "TIMING_KERNELS_OUTSIDE_EVENTS": "kernel time exceeds the event time (work on other streams or after the event)",
+    "TIMING_CLOCK_MISMATCH": "the candidate's own clock read far less time than the evaluator's clock around its calls",
     "BASELINE_INTERFERENCE": "the baselines ran slower while the candidate's process was alive",
 }
 

@@ -226,6 +226,16 @@ class ChildProcess:
         reply = self._receive(timeout_s, max_bytes, what or msg.get("op", ""))
         return reply, time.monotonic() - sent
 
+    def early_request(self, msg: dict, timeout_s: float, max_bytes: int = DEFAULT_MAX_FRAME, what: str = ""):
+        """For a request whose handler sends an early frame (`"early": true`) the moment its work is done, then its
+        reply (after the checks every reply gets): (the reply with the early frame's fields, seconds from the end of
+        sending to the early frame). A handler that failed before its early frame sends the reply alone."""
+        first, seconds = self.timed_request(msg, timeout_s, max_bytes, what)
+        if first.get("early") is not True:
+            return first, seconds
+        reply = self._receive(timeout_s, max_bytes, what or msg.get("op", ""))
+        return {**reply, **{k: v for k, v in first.items() if k not in ("ok", "early")}}, seconds
+
     def _receive(self, timeout_s: float, max_bytes: int, what: str) -> dict:
         try:
             reply = self.channel.recv(timeout=timeout_s, max_bytes=max_bytes)

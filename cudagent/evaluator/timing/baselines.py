@@ -83,9 +83,10 @@ class Baseline:
 
     @property
     def compared_ms(self) -> float:
-        """What a candidate is compared with: the median time per call, measured as the candidate's is (profile.py,
-        COMPARED): on a GPU the larger of the device time and the host's enqueue time of each call; on the CPU the
-        wall clock."""
+        """The clean in-process median per call, measured as the candidate's samples are (profile.py, SAMPLE): on a
+        GPU the larger of the device time and the host's enqueue time of each call; on the CPU the wall clock. The
+        tier compares the parent's clock (parent_clock.py); this stands in where that could not run, and judges the
+        physical floor and interference."""
         return self.measurement.stats.median
 
     def to_dict(self, with_samples: bool = False) -> dict:
@@ -136,6 +137,17 @@ class ReferenceWorker:
     def measure(self, target: str, plan: Plan) -> Measurement:
         reply = self._request({"op": "time", "target": target, "plan": asdict(plan)}, f"timing the {target} baseline")
         return Measurement.of(reply)
+
+    def batch_request(self, msg: dict, what: str) -> tuple[dict, float]:
+        """parent_clock.py's request to this worker: (reply, seconds to its early frame, by this process's clock)."""
+        try:
+            reply, seconds = self._started().early_request(msg, timeout_s=WORKER_TIMEOUT_S, what=what)
+        except ChildFailure as exc:
+            self.close()
+            raise BaselineError(f"{what} failed: {exc.message}{_error_line(exc.output)}") from exc
+        if not reply.get("ok", False):
+            raise BaselineError(f"{what} failed: {_first(reply)}")
+        return reply, seconds
 
     def kernels(self, target: str, iterations: int = BREAKDOWN_ITERATIONS) -> dict:
         return self._request(
@@ -294,6 +306,15 @@ class Baselines:
         with open(tmp, "w") as f:
             json.dump(baseline.to_dict(with_samples=True), f)
         os.replace(tmp, path)
+
+    def clock_request(self, target: str):
+        """parent_clock.py's request to the worker of `target` ("null": the eager worker's call that does nothing),
+        started and prepared first so that no batch pays for starting or compiling."""
+        self.wait_warm()
+        worker = self.workers["eager" if target == "null" else target]
+        if worker.child is None:
+            worker.prepare("eager" if target == "null" else target)
+        return lambda msg: worker.batch_request(msg, f"timing the {target} baseline's batch")
 
     def measure(self, target: str, plan: Plan) -> Measurement:
         """Time a baseline now, in its own clean worker."""

@@ -14,10 +14,12 @@ the numbers are checked:
 - the summed kernel time of all streams against the event time (TIMING_KERNELS_OUTSIDE_EVENTS);
 - the physical floor: under half of it is impossible (TIMING_BELOW_FLOOR); over 10x eager is flagged.
 
-What is compared (COMPARED): one clock for all three targets. Each one's time per call is the larger of its device
-time and its host enqueue time, sample by sample, which is the steady-state time of a call in a loop: a user who
-swaps the module in pays torch.compile's host overhead as surely as the candidate's. The median of at least 100
-samples is compared, and a tier above 1 is confirmed in interleaved rounds measured the same way.
+What is compared: for each of the three targets, the slower of two figures, one of them by the evaluator's own clock
+(parent_clock.py): the candidate, eager and torch.compile are each run in batches of calls ending in a checksum of
+the last outputs that is checked against the reference here, and this process's monotonic clock around each batch
+(its fixed cost and a null target's per-call cost taken off, interleaved rounds) gives a time per call no clock in
+the candidate's process can move. The in-process median stands beside it, since only the samples change the inputs
+before every call. An in-process median far under the parent's figure is TIMING_CLOCK_MISMATCH.
 
 A tier of 2 or 3 is then confirmed by interleaved rounds (candidate, eager, compile, ...). The candidate's process
 interfered (BASELINE_INTERFERENCE; on the CPU, where any other program's load does the same, the tier drops to 1
@@ -35,8 +37,17 @@ from cudagent.evaluator.audit.link_audit import kernel_base_name
 from cudagent.evaluator.compare import Tolerance, compare
 from cudagent.evaluator.jail.process import ChildProcess
 from cudagent.evaluator.judge import Extension, judge_tampering
+from cudagent.evaluator.timing import parent_clock
 from cudagent.evaluator.timing.baselines import Baseline, BaselineError, Baselines, Measurement
 from cudagent.evaluator.timing.measure import INPUT_SETS, Plan, draw_input_sets
+from cudagent.evaluator.timing.parent_clock import (
+    CLOCK_MISMATCH_FACTOR,
+    CLOCK_MISMATCH_SLACK_MS,
+    BatchRefused,
+    ParentClock,
+    early_request,
+    sums_disagree,
+)
 from cudagent.evaluator.timing.roofline import Peaks, TaskCost, achieved, floor_ms
 from cudagent.evaluator.transforms import InputSpec, ParamStream
 from cudagent.evaluator.verdict import TimeStats, Verdict, reward_tier
@@ -44,10 +55,10 @@ from cudagent.task import Task
 from cudagent.trees import nbytes
 
 RECHECKS = 3
-# What the tier compares on a GPU: the same quantity, measured the same way, for all three (the module's docstring).
-COMPARED = (
-    "the candidate, eager and torch.compile alike: per call, the larger of the device time (CUDA events behind a "
-    "GPU-side lead) and the host's enqueue time, the time a call takes in a loop; the median of each is compared"
+# What the in-process samples hold on a GPU (the detail beside the parent's clock).
+SAMPLE = (
+    "per call, the larger of the device time (CUDA events behind a GPU-side lead) and the host's enqueue time, the "
+    "time a call takes in a loop"
 )
 KERNEL_ITERATIONS = 20
 CONFIRM_ROUNDS = 5
@@ -61,6 +72,7 @@ IDLE_CPU_FLOOR_S = 0.05
 IDLE_CPU_SHARE = 0.2
 STALE = 1.1  # a cached baseline this much slower than in short interleaved rounds was measured in bad conditions
 OVER_EAGER_FLAG = 10.0
+FETCH_ALWAYS_BYTES = 64 << 20  # a candidate batch's last outputs up to this size are read back after every batch
 
 
 @dataclass
@@ -80,6 +92,9 @@ class Profiler:
     # run, which is never expected): measured again once the candidate's process is gone
     stale: list = field(default_factory=list)
     confirmed_tier: int | None = None
+    parent_ms: dict | None = None  # each target's time per call by the parent's clock (None: it could not run)
+    own_ms: float | None = None  # the candidate's in-process median
+    clock: ParentClock | None = None
     specs: list = field(default_factory=list)  # each timing set's InputSpec
 
     def run(self, child: ChildProcess, ref_model, ext: Extension | None, v: Verdict) -> None:
@@ -96,12 +111,24 @@ class Profiler:
             return
         kernels = self._kernels(child, meas, ext, v) if self.device.is_cuda else None
         v.seconds["timing_kernels"] = round(time.monotonic() - t0 - t1, 3)
-        eager, compiled = (baselines[t].compared_ms if baselines[t] else None for t in ("eager", "compile"))
-        cand = meas.stats.median
+        t0 = time.monotonic()
+        clocked = self._parent_clock(child, ref_model, sets, baselines, meas, v)
+        v.seconds["timing_parent_clock"] = round(time.monotonic() - t0, 3)
+        if not v.correct:
+            return
+        self.parent_ms, self.own_ms = clocked, meas.stats.median
+        compared = self._compared(baselines)
+        eager, compiled, cand = (compared.get(t) for t in ("eager", "compile", "candidate"))
         self._roofline(cand, baselines, v)
         if not v.correct:
             return
         v.set_times(eager, compiled, cand, self.margin)
+        if clocked is None:
+            v.tier = min(v.tier, 1)
+        else:
+            self._judge_own_clock(clocked["candidate"], meas, v)
+            if not v.correct:
+                return
         self.detail["targets"] = {
             "candidate": meas.to_dict(),
             **{t: (b.measurement.to_dict() if b else None) for t, b in baselines.items()},
@@ -154,7 +181,8 @@ class Profiler:
                 if self.device.is_cuda
                 else "wall clock of one call"
             ),
-            "compared": COMPARED if self.device.is_cuda else "wall clock of one call, for all three",
+            "in_process_sample": SAMPLE if self.device.is_cuda else "wall clock of one call",
+            "compared": parent_clock.PROTOCOL,
         }
         return meas
 
@@ -258,6 +286,118 @@ class Profiler:
                 f"({self.cost.bytes / 1e6:.1f} MB must move, at {self.peaks.bandwidth_gbs:.0f} GB/s measured): "
                 "no correct implementation is that fast",
             )
+
+    # ----- the parent's clock ---------------------------------------------------------------------------------------
+
+    def _parent_clock(
+        self, child: ChildProcess, ref_model, sets: list, baselines: dict, meas: Measurement, v: Verdict
+    ) -> dict | None:
+        """Milliseconds per call of the candidate and each baseline by this process's clock (parent_clock.py), the
+        candidate's batches checked against the reference; None (with a note) when a baseline's batches could not
+        run: then no speedup is vouched for."""
+        specs = [spec.to_list() for spec in self.specs]
+        candidate = early_request(child, "timing the candidate's batch", max_bytes=(64 << 20) + 2 * nbytes(sets))
+        targets = {"candidate": (candidate, {"target": "candidate", "specs": specs})}
+        try:
+            for t in ("eager", "compile"):
+                if baselines[t]:
+                    targets[t] = (self.baselines.clock_request(t), {"target": t})
+            null = (self.baselines.clock_request("null"), {"target": "null"})
+            self.clock = clock = ParentClock(targets, null, check=self._batch_checker(child, ref_model, sets, v))
+            times = clock.run()
+        except BatchRefused as exc:
+            if v.correct:
+                v.reject("FORWARD_RAISED", f"[timing, parent clock] {exc}")
+            return None
+        except BaselineError as exc:
+            v.notes.append(f"the baselines could not be timed by the evaluator's clock ({exc}); tier kept at 1")
+            return None
+        self.detail["parent_clock"] = {**clock.to_dict(), "ms_per_call": times}
+        return times
+
+    def _compared(self, baselines: dict) -> dict:
+        """What the tier compares, target by target: the slower of the parent's figure and the in-process median (the
+        candidate's own samples, a baseline's clean cached or re-measured one); the in-process medians alone where
+        the parent's clock could not run."""
+        own = {"candidate": self.own_ms, **{t: baselines[t].compared_ms for t in ("eager", "compile") if baselines[t]}}
+        if self.parent_ms is None:
+            return own
+        compared = {t: max(ms, own.get(t, 0.0)) for t, ms in self.parent_ms.items()}
+        self.detail.setdefault("parent_clock", {})["compared_ms"] = compared
+        return compared
+
+    def _judge_own_clock(self, parent_ms: float, meas: Measurement, v: Verdict) -> None:
+        """The candidate's in-process median against the parent's figure: far faster is a clock that lies, if the
+        candidate's batches, timed again in longer batches, say so too. On a GPU that is a rejection; on a shared
+        CPU, where other programs' threads can stall a batch as readily, no speedup is vouched for (the tier took the
+        slower figure, so a lying clock gains nothing there)."""
+        own = meas.stats.median
+        if parent_ms <= CLOCK_MISMATCH_FACTOR * own + CLOCK_MISMATCH_SLACK_MS:
+            return
+        try:
+            parent_ms = min(parent_ms, self.clock.again("candidate"))
+        except (BatchRefused, BaselineError) as exc:
+            if v.correct:
+                v.reject("FORWARD_RAISED", f"[timing, parent clock] {exc}")
+            return
+        self.detail["parent_clock"] = {**self.detail.get("parent_clock", {}), **self.clock.to_dict()}
+        if parent_ms <= CLOCK_MISMATCH_FACTOR * own + CLOCK_MISMATCH_SLACK_MS:
+            return
+        what = (
+            f"a call took {parent_ms:.4f} ms by the evaluator's clock but {own:.4f} ms by the clock read inside the "
+            "candidate's process"
+        )
+        if self.device.is_cuda:
+            v.reject("TIMING_CLOCK_MISMATCH", f"[timing] {what}: that clock does not tell the time")
+        else:
+            v.notes.append(f"{what}: on the CPU that may be other load; no speedup is vouched for, tier 1")
+            v.tier = min(v.tier, 1)
+
+    def _batch_checker(self, child: ChildProcess, ref_model, sets: list, v: Verdict):
+        """ParentClock's check for the candidate's batches: the reported checksums are the sums of the reference's
+        outputs on the last call's replayed inputs, and (for every batch whose outputs are small, else for a batch
+        in two, chosen after it replied) the outputs fetched afterwards are the reference's and have those sums."""
+
+        def check(name: str, sent: dict, reply: dict) -> None:
+            if name != "candidate":
+                return
+            stream, k, draw = ParamStream(int(sent["seed"])), 0, None
+            for c in range(int(sent["n"])):  # the last call's contents
+                k = c % len(sets)
+                draw = stream.next(len(sets[k]))
+            for f in judge_tampering(reply, "timing"):
+                v.reject(f.code, f.message)
+            if not v.correct:
+                raise BatchRefused("the candidate's process was tampered with during a batch")
+            if reply.get("set") != k or reply.get("n") != sent["n"]:
+                self._batch_wrong(v, "the batch's reply does not describe the calls it was asked for")
+            expected = self.task.run(ref_model, self.specs[k].apply(sets[k], draw))
+            why = sums_disagree(reply.get("checksum"), expected, self.tolerance.for_dtype)
+            if why:
+                self._batch_wrong(v, why)
+            if nbytes(expected) > FETCH_ALWAYS_BYTES and secrets.randbelow(2):
+                return
+            fetched = child.request(
+                {"op": "batch_output"},
+                timeout_s=300,
+                max_bytes=(64 << 20) + 2 * nbytes(expected),
+                what="fetching the batch's last outputs",
+            )
+            if not fetched.get("ok", False):
+                self._batch_wrong(v, f"its last outputs could not be read back: {fetched.get('error')}")
+            result = compare(expected, fetched.get("outputs"), self.tolerance)
+            if not result.ok:
+                self._batch_wrong(v, result.violations[0].message)
+            why = sums_disagree(reply.get("checksum"), fetched.get("outputs"), lambda _: (0.0, 0.0))
+            if why:
+                self._batch_wrong(v, why)
+
+        return check
+
+    @staticmethod
+    def _batch_wrong(v: Verdict, why: str) -> None:
+        v.reject("TIMED_OUTPUT_MISMATCH", f"[timing, parent clock] {why}; outputs must stay right while being timed")
+        raise BatchRefused(why)
 
     # ----- interleaved confirmation ------------------------------------------------------------------------------
 
@@ -374,8 +514,8 @@ class Profiler:
             v.notes.append(f"the cached {t} baseline ({old:.4f} ms) was stale: re-measured alone at {fresh:.4f} ms")
         fresh = self.baselines.get()
         tier = v.tier
-        eager, compiled = (fresh[t].compared_ms if fresh[t] else None for t in ("eager", "compile"))
-        v.set_times(eager, compiled, v.time_ms["candidate"], self.margin)
+        compared = self._compared(fresh)
+        v.set_times(compared.get("eager"), compared.get("compile"), compared["candidate"], self.margin)
         v.tier = min(v.tier, tier, self.confirmed_tier if self.confirmed_tier is not None else v.tier)
         for t in ("eager", "compile"):
             if fresh[t] and self.detail.get("targets"):
