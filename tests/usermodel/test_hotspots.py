@@ -181,9 +181,11 @@ def test_alike_modules_that_one_task_serves_count_once_toward_the_top_n(tmp_path
     record = _json(
         _run(tmp_path, f"{MODEL}:Stack", "--inputs", "x=f32[4,16,64]", "--tasks", "2", "--json", "--out", str(out))
     )
-    own = [e for e in record["tasks"] if "its task serves both" not in (e["reason"] or "")]
+    # the tasks made; an operator spot that ranks among them (timing noise on a loaded machine decides that) is listed
+    # with its reason and made no task
+    own = [e for e in record["tasks"] if e["task"]]
     assert len(own) == 2, record["tasks"]
-    served = [e for e in record["tasks"] if e not in own]
+    served = [e for e in record["tasks"] if "its task serves both" in (e["reason"] or "")]
     chosen = {m for e in own for m in e["modules"]}
     assert served and all(e["spot"] in chosen for e in served), record["tasks"]
     assert len(list((out / "tasks").glob("*.py"))) == sum(1 for e in own if e["task"])

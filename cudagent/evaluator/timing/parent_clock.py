@@ -22,8 +22,8 @@ samples leave out what changing them costs. A candidate that forges its in-proce
 figure.
 
 The in-process figures (measure.py) stay beside it, with the per-kernel detail; a candidate whose own clock reads far
-faster than this one (CLOCK_MISMATCH_FACTOR) is rejected on a GPU (TIMING_CLOCK_MISMATCH) and held to tier 1 on a
-shared CPU.
+faster than this one (CLOCK_MISMATCH_FACTOR) is rejected on a GPU (TIMING_CLOCK_MISMATCH) and noted on a shared
+CPU, where other programs' threads stall a batch as readily.
 """
 
 from __future__ import annotations
