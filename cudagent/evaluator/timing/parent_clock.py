@@ -77,10 +77,14 @@ def median_round_trip(request, msg: dict) -> float:
     times = []
     for _ in range(PINGS):
         reply, seconds = request({**msg, "op": "batch", "n": 0, "seed": secrets.randbits(62)})
-        if not reply.get("ok", False):
-            raise BatchRefused(f"a batch of no calls failed: {str(reply.get('error', 'no reply'))[:300]}")
+        _refuse_failed("a batch of no calls", reply)
         times.append(seconds * 1e3)
     return statistics.median(times)
+
+
+def _refuse_failed(what: str, reply: dict) -> None:
+    if not reply.get("ok", False):
+        raise BatchRefused(f"{what} failed: {str(reply.get('error', 'no reply'))[:300]}")
 
 
 def batch_ms_wanted(round_trip_ms: float) -> float:
@@ -130,7 +134,7 @@ def sums_disagree(reported, outputs, tolerance_of) -> str | None:
                 return f"output {i}'s checksum {float(r):.6g} is finite where the output's sum is not"
             continue
         atol, rtol = tolerance_of(t.dtype)
-        allowed = x.numel() * atol + rtol * float(x.abs().sum()) + 1e-6 * float(x.abs().sum()) + 1e-9
+        allowed = x.numel() * atol + (rtol + 1e-6) * float(x.abs().sum()) + 1e-9
         if not math.isfinite(float(r)) or abs(float(r) - s) > allowed:
             return f"output {i}'s checksum {float(r):.6g} is not its sum {s:.6g} (within {allowed:.3g})"
     return None
@@ -164,7 +168,11 @@ class ParentClock:
         return {name: self.per_call(name) for name in self.targets}
 
     def per_call(self, name: str) -> float:
-        return max(self.clocked[name].per_call_ms() - self.clocked["null"].per_call_ms(), FLOOR_MS)
+        return self._less_null(self.clocked[name])
+
+    def _less_null(self, c: Clocked) -> float:
+        """A target's time per call less the null target's (what each call pays besides itself)."""
+        return max(c.per_call_ms() - self.clocked["null"].per_call_ms(), FLOOR_MS)
 
     def again(self, name: str, factor: int = 4) -> float:
         """A target timed once more in batches `factor` times as long, with new rounds: its time per call then."""
@@ -174,7 +182,7 @@ class ParentClock:
         for _ in range(self.rounds):
             self._round(name, request, msg, longer)
         self.clocked[f"{name}_again"] = longer
-        return max(longer.per_call_ms() - self.clocked["null"].per_call_ms(), FLOOR_MS)
+        return self._less_null(longer)
 
     def _round(self, name: str, request, msg: dict, c: Clocked) -> None:
         c.rounds_ms.append((self._batch(name, request, msg, c.n) - c.round_trip_ms) / c.n)
@@ -182,8 +190,7 @@ class ParentClock:
     def _batch(self, name: str, request, msg: dict, n: int) -> float:
         sent = {**msg, "op": "batch", "n": n, "seed": secrets.randbits(62)}
         reply, seconds = request(sent)
-        if not reply.get("ok", False):
-            raise BatchRefused(f"the {name} batch failed: {str(reply.get('error', 'no reply'))[:300]}")
+        _refuse_failed(f"the {name} batch", reply)
         if self.check is not None:
             self.check(name, sent, reply)
         return seconds * 1e3
