@@ -283,6 +283,15 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / CLOCK_TICKS
 
 
+def user_seconds(pid: int) -> float:
+    """User CPU time process `pid` has used so far (all its threads, ended ones included), to the clock tick."""
+    fields = stat_fields(pid)
+    try:
+        return int(fields[11]) / CLOCK_TICKS
+    except (TypeError, IndexError, ValueError):
+        return 0.0
+
+
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 

@@ -60,7 +60,7 @@ class Harness(TaskHostOps):
         self.timing_sets: list[list] = []
         self.pristine: list[list] = []  # the timing sets as drawn: each call's contents are made from them
         self.pristine_specs: list = []  # a baseline worker's reading of its own sets (transforms.InputSpec)
-        self.batch_last = None  # the last outputs of the last batch, for `batch_output`
+        self.batch_last, self.batch_kept = None, {}  # the last batch's last outputs and the calls it held
         self.flush_buffer = None
         self.targets: dict = {}
         self.own_roots: tuple[
@@ -248,19 +248,6 @@ class Harness(TaskHostOps):
         self.last_outputs = out
         return reply
 
-    def op_spin(self, msg: dict) -> dict:
-        """Forward on the last call's inputs, again and again for `seconds` (at least once), while the parent samples
-        where this process's CPU time goes (audit/attribution.py)."""
-        import time
-
-        end, calls = time.monotonic() + float(msg.get("seconds", 0.4)), 0
-        with torch.no_grad():
-            while calls == 0 or time.monotonic() < end:
-                self.model(*self.inputs)
-                calls += 1
-        self._sync()
-        return {"calls": calls}
-
     def _aliasing(self, out) -> list[str]:
         found = []
         outs = [t for t in tensors(out) if type(t) is torch.Tensor]
@@ -290,8 +277,7 @@ class Harness(TaskHostOps):
         of a few samples, chosen after the fact, for the parent to check."""
         audit.await_profiler_warmup()
         if msg.get("inputs") is not None:
-            self.timing_sets = [[trees.to_device(x, self.device) for x in s] for s in msg["inputs"]]
-            self.pristine = [[trees.clone(x) for x in s] for s in self.timing_sets]
+            self._install_sets(msg["inputs"])
         sets, fn = self.timing_sets, self._target(msg.get("target"))
         change = None
         if msg.get("transform") is not None:
@@ -309,37 +295,44 @@ class Harness(TaskHostOps):
         return {**result, "kept": kept}
 
     def op_batch(self, msg: dict) -> dict:
-        """Call a target `n` times over the timing sets in turn, each call on contents never seen before (its set's
-        pristine draw under the next draw of the seeded stream, which the parent replays), on a GPU after an L2
-        flush and followed by a synchronize; send at once an early frame with the float64 sums of the
-        last call's outputs (parent_clock.py: the parent's clock runs from the request to that frame), then the
-        reply. The last outputs are kept for `batch_output`."""
-        sets, fn = self.timing_sets, self._target(msg.get("target"))
+        """Call a target `n` times over the timing sets (installed first if the message brings them), each call on
+        contents never seen before, on a GPU after an L2 flush and followed by a synchronize (parent_clock.run_calls);
+        send at once an early frame with the float64 sums of the last call's outputs (the parent's clock runs from the
+        request to that frame), then the reply. The last outputs, and `keep` more chosen over the calls after each
+        returned, are held for `batch_output`."""
+        if msg.get("inputs") is not None:
+            self._install_sets(msg["inputs"])
+        fn = self._target(msg.get("target"))
         if msg.get("specs") is not None:
             specs = [transforms.InputSpec.from_list(items) for items in msg["specs"]]
         else:  # a baseline worker: its own sets, its own reading of them
             specs = self.pristine_specs
-        stream = transforms.ParamStream(int(msg["seed"]))
         flush = self._flush() if self.device.type == "cuda" else None
-        n, k, out = int(msg["n"]), 0, None
-        self.batch_last = None
-        with torch.no_grad():
-            for c in range(n):
-                k = c % len(sets)
-                specs[k].apply(self.pristine[k], stream.next(len(sets[k])), out=sets[k])
-                if flush is not None:
-                    flush.zero_()
-                out = None  # the previous call's outputs go before the next call allocates its own
-                out = fn(*sets[k])
-                self._sync()
-        self.batch_last = out
+        self.batch_last, self.batch_kept = None, {}
+        out, k, kept = parent_clock.run_calls(
+            fn,
+            self.timing_sets,
+            self.pristine,
+            specs,
+            int(msg["seed"]),
+            int(msg["n"]),
+            flush,
+            self._sync,
+            int(msg.get("keep", 0)),
+        )
+        self.batch_last, self.batch_kept = out, kept
         # the parent's clock stops at this frame; the reply after it carries the checks every reply gets
-        self.ch.send({"early": True, "n": n, "set": k, "checksum": parent_clock.checksums(out)})
+        self.ch.send({"early": True, "n": int(msg["n"]), "set": k, "checksum": parent_clock.checksums(out)})
         return {}
 
     def op_batch_output(self, msg: dict) -> dict:
-        """The last batch's last outputs (the parent checks them against the reference, its clock stopped)."""
-        return {"outputs": self.batch_last}
+        """The last batch's last outputs and the calls it held (the parent checks them, its clock stopped)."""
+        kept = {str(c): {"set": k, "outputs": o} for c, (k, o) in self.batch_kept.items()}
+        return {"outputs": self.batch_last, "kept": kept}
+
+    def _install_sets(self, inputs: list) -> None:
+        self.timing_sets = [[trees.to_device(x, self.device) for x in s] for s in inputs]
+        self.pristine = [[trees.clone(x) for x in s] for s in self.timing_sets]
 
     def _flush(self):
         if self.flush_buffer is None:

@@ -42,8 +42,8 @@ CODES: dict[str, str] = {
     "SIDE_STREAM": "a kernel ran on a stream other than the caller's",
     "REFERENCE_ACCESS": "the candidate reached the reference model (import of model.py, subclassing Model)",
     "BACKGROUND_THREAD": "the candidate started threads (Python or native)",
-    "WORK_NOT_OWN": "most of forward's CPU time ran outside the candidate's own code (libtorch, a BLAS, NumPy, code "
-    "with no file), its program counters sampled",
+    "WORK_NOT_OWN": "forward's CPU time outside the candidate's own code (a BLAS, NumPy, libtorch, code with no file) "
+    "came to half the reference's whole work or more, its program counters sampled over the calls that count",
     "UNAUDITED_CODE": "code loaded at run time from where the candidate's process can write (never audited)",
     "HARNESS_TAMPERED": "candidate code replaced or disabled part of the evaluator's harness in its process",
     # --- static audit: model_new.py ---

@@ -55,22 +55,28 @@ from cudagent.evaluator.compare import Tolerance
 from cudagent.evaluator.jail.cell import Cell, HandIn
 from cudagent.evaluator.jail.process import ChildFailure, ChildProcess, StartingProcess, child_env
 from cudagent.evaluator.jail.zygote import Zygote
-from cudagent.evaluator.judge import Extension, judge_tampering
+from cudagent.evaluator.judge import Extension
 from cudagent.evaluator.overlap import Beside, Timeline, room_beside_measurement
 from cudagent.evaluator.task_host import HostedTask
 from cudagent.evaluator.timing.baselines import Baselines
-from cudagent.evaluator.timing.measure import Plan
+from cudagent.evaluator.timing.batch_check import KEEP, BatchCheck
+from cudagent.evaluator.timing.measure import Plan, draw_input_sets
 from cudagent.evaluator.timing.ncu import ncu_summary
+from cudagent.evaluator.timing.parent_clock import CALIBRATION_CALLS, BatchRefused, calls_for, early_request, run_calls
 from cudagent.evaluator.timing.peaks import device_peaks, peaks_cached
 from cudagent.evaluator.timing.profile import Profiler
 from cudagent.evaluator.timing.roofline import TaskCost, task_cost
+from cudagent.evaluator.transforms import InputSpec
 from cudagent.evaluator.verdict import TIER_MARGIN, Verdict
 from cudagent.evaluator.verify import TrialRunner, load_message
 from cudagent.task import Task
 from cudagent.workspace import CandidateFormat, Workspace
 
 SPARE_PROCESSES = 2  # with spare_process: started processes kept ready for the next evaluations
-ATTRIBUTION_S = 0.4  # CPU: how long forward runs while its CPU time is sampled (about 1,600 samples a thread)
+# CPU: the candidate's batches run while sampled before the timing until their computing CPU time (its own code and
+# other libraries', not the interpreter's or OpenMP's waiting) reaches this, or for this long at most (a loaded machine)
+ATTRIBUTION_CPU_S = 0.25
+ATTRIBUTION_MAX_S = 10.0
 # What running out of device memory looks like, wherever it happened (the reference, get_inputs, the candidate)
 DEVICE_OOM = re.compile(
     r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"
@@ -150,6 +156,7 @@ class Evaluator:
         self.baselines = Baselines(self.task, device, self.options.compile_mode, self.options.plan, jail)
         self._peaks = None
         self._cost = None
+        self._work: attribution.Work | None = None  # what the reference's calls cost, in CPU time (audit/attribution)
         self._zygote: Zygote | None = None
         self._zygote_home: str | None = None
         self._spares: collections.deque[ChildProcess] = collections.deque()  # oldest first
@@ -407,19 +414,23 @@ class Evaluator:
             )
             with device_share(exclusive=False):
                 ref = runner.run(handin.inside, self.options.stock_trials, self.options.build_timeout_s + 120)
+                watch = None
                 if v.correct and ref is not None and not self.device.is_cuda:
                     self._phase("sampling where forward's CPU time goes")
-                    self._attribute(child, handin, v)
+                    watch = self._attribute(child, handin, ref, v)
             timeline.end("verify")
             v.seconds["verify"] = _length(timeline, "verify")
             if v.correct and timing and ref is not None:
                 self._phase("timing the candidate")
                 with timeline.span("timing"):
                     profiler = self._profiler()
+                    profiler.watch = watch  # every batch of the candidate's is sampled, the timed ones too
                     self.baselines.wait_warm()  # before the device is held alone: the warming thread shares it
                     with device_share(exclusive=True):
                         profiler.run(child, ref, runner.ext, v)
                 v.seconds["timing"] = _length(timeline, "timing")
+            if watch is not None and v.correct:
+                self._judge_work(watch, v)
         except ChildFailure as f:
             v.reject(f.code, f.message + _tail(f.output))
         finally:
@@ -540,31 +551,80 @@ class Evaluator:
         v.seconds["link_audit"] = round(time.monotonic() - t0, 3)
         return Extension.of(libraries) if libraries else None
 
-    def _attribute(self, child: ChildProcess, handin: HandIn, v: Verdict) -> None:
-        """CPU: where forward's CPU time goes, its program counters sampled from here (audit/attribution.py); most
-        of the time it computes must be in the candidate's own libraries (WORK_NOT_OWN)."""
+    def _attribute(self, child: ChildProcess, handin: HandIn, ref, v: Verdict) -> attribution.Watch | None:
+        """CPU: start sampling where the candidate's CPU time goes (audit/attribution.py) over batches of its calls,
+        each on contents never seen before and checked at calls chosen after they returned (batch_check.py), until
+        ATTRIBUTION_CPU_S of computing were sampled; the timing's batches are sampled by the same Watch. None (with a
+        note) where this machine refuses the sampling."""
         pid = child.harness_pid()
         if pid is None:
             v.notes.append("where forward's CPU time went could not be sampled (the candidate's process was not found)")
-            return
+            return None
+        watch = attribution.Watch(pid, [str(p) for p in handin.libraries()])
+        sets = draw_input_sets(lambda _: self.task.make_inputs(secrets.randbits(62), "cpu"), "cpu")
+        specs = [InputSpec.of(s) for s in sets]
+        check = BatchCheck(
+            self.task, ref, sets, specs, self.options.tolerance, child, v, code="OUTPUT_MISMATCH", where="cpu-time"
+        )
+        request = early_request(child, "running forward while its CPU time is sampled", self.options.call_timeout_s)
+        message = {"op": "batch", "target": "candidate", "specs": [s.to_list() for s in specs], "keep": KEEP}
+        n, ran_s, first = CALIBRATION_CALLS, 0.0, True
         try:
-            with attribution.Sampler(pid) as sampler:
-                reply = child.request(
-                    {"op": "spin", "seconds": ATTRIBUTION_S},
-                    timeout_s=self.options.call_timeout_s,
-                    what="running forward while its CPU time is sampled",
-                )
-        except attribution.Unavailable as exc:
-            v.notes.append(f"where forward's CPU time went could not be sampled on this machine ({exc})")
-            return
-        for violation in judge_tampering(reply, "cpu-time"):
-            v.reject(violation.code, violation.message)
-        if not reply.get("ok", False):
-            v.reject("FORWARD_RAISED", f"[cpu-time] ModelNew.forward raised {reply.get('error')}")
-            return
-        split = sampler.split([str(p) for p in handin.libraries()], calls=int(reply.get("calls", 1)))
-        v.cpu_time = {**split.to_dict(), "described": split.describe()}
-        why = attribution.judge(split)
+            while first or (
+                not watch.failed and watch.split.computing_s < ATTRIBUTION_CPU_S and ran_s < ATTRIBUTION_MAX_S
+            ):
+                sent = {**message, "n": n, "seed": secrets.randbits(62), **({"inputs": sets} if first else {})}
+                with watch.batch(n) as stop:
+                    reply, seconds = request(sent, at_early=stop)
+                    if not reply.get("ok", False):
+                        v.reject("FORWARD_RAISED", f"[cpu-time] ModelNew.forward raised {reply.get('error')}")
+                        return None
+                    check("candidate", sent, reply)
+                ran_s, first = ran_s + seconds, False
+                n = calls_for(n, seconds * 1e3, 0.0) or n
+        except BatchRefused:
+            return None
+        if watch.failed:
+            v.notes.append(f"where forward's CPU time went could not be sampled on this machine ({watch.failed})")
+            return None
+        if self._work is None:
+            try:
+                self._work = self._reference_work(ref, sets, specs)
+            except attribution.Unavailable as exc:
+                v.notes.append(f"what the reference's calls cost could not be sampled on this machine ({exc})")
+                return None
+        return watch
+
+    def _reference_work(self, ref, sets: list, specs: list) -> attribution.Work:
+        """What the reference's calls cost in this process, sampled like the candidate's: its calls, and calls that
+        only change their inputs and allocate outputs like its (attribution.reference_work)."""
+        import torch
+
+        from cudagent.trees import clone, tensors
+
+        outputs = list(tensors(self.task.run(ref, sets[0])))
+        work_sets = [[clone(x) for x in s] for s in sets]
+
+        def runner(fn):
+            return lambda n: run_calls(fn, work_sets, sets, specs, secrets.randbits(62), n)
+
+        def calls_for_run(run) -> int:
+            t = time.perf_counter()
+            run(2)
+            per_call = max((time.perf_counter() - t) / 2, 1e-6)
+            return max(3, min(200_000, int(attribution.REFERENCE_S / per_call)))
+
+        return attribution.reference_work(
+            runner(lambda *xs: self.task.run(ref, list(xs))),
+            runner(lambda *xs: [torch.empty_like(t) for t in outputs]),
+            calls_for_run,
+        )
+
+    def _judge_work(self, watch: attribution.Watch, v: Verdict) -> None:
+        """The candidate's foreign work over every batch sampled, against the reference's (WORK_NOT_OWN)."""
+        split = watch.split
+        v.cpu_time = {**split.to_dict(), **self._work.to_dict(), "described": split.describe()}
+        why = attribution.judge(split, self._work)
         if why:
             v.reject("WORK_NOT_OWN", f"[cpu-time] {why}")
 

@@ -1,23 +1,32 @@
-"""Where a candidate's CPU time went, as CUPTI tells it on the GPU: the program counters of its process, sampled
-from the trusted side while forward runs, attributed to the code they were in.
+"""Where a candidate's CPU time went: the program counters of its process, sampled from the trusted side over every
+batch of calls it runs, attributed to the code they were in.
 
-    with Sampler(pid) as sampler:        perf software-clock events on every thread of the candidate's process
-        ... the process runs forward ...
-    split = sampler.split(own_roots)     seconds of CPU time by kind of code: own, torch, blas, numpy, python, ...
+    watch = Watch(pid, own_files)
+    with watch.batch(n): ...             perf software-clock events on every thread of the candidate's process
+    work = reference_work(...)           what the reference's calls cost this process, sampled the same way
+    why = judge(watch.split, work)       foreign work against the reference's whole work
 
 "One of the candidate's own functions was called" is not "its own code did the work": a kernel can call into
 libtorch's bundled MKL through a pointer found at run time, or hand the tensors' memory to NumPy, with no symbol,
 name or op for the audits to see. Its program counters cannot lie about where they were: the kernel (perf_event
 with PERF_COUNT_SW_TASK_CLOCK, user space only) records them for the candidate's threads, the candidate's process
 neither arms nor sees the sampling, and its memory map (read from /proc by this process) says which library each
-sample fell in. The rule (`judge`): most of the time forward spends computing must be in the candidate's own
-libraries (its hand-in), not in libtorch, a BLAS, NumPy or code with no file; the Python interpreter and the C
-runtime (libc, libm, libstdc++, OpenMP's runtime) are overhead that no kernel avoids and count on neither side.
-What a call spends elsewhere must also amount to work, FOREIGN_WORK_S a call at least: the dispatcher and the
-allocator of a forward's allowed metadata and allocation calls cost tens of microseconds, which on a tiny task
-outweigh an honest kernel without doing any of its work (ops that compute are the op recorder's to refuse).
-The CPU time of other processes it started (work handed to a helper) counts as foreign; its own time in the
-kernel (page faults of fresh outputs, system calls) counts on neither side.
+sample fell in.
+
+What is sampled is every batch of calls the candidate runs (parent_clock.py: the calls the evaluator times and
+checks, each on contents never seen before, outputs checked at calls chosen after they returned), so there is no
+phase a candidate could recognise and behave in. What is judged is the work done elsewhere alone: the CPU time in
+a BLAS, NumPy, code with no file, other processes it started, and its own process's user time the samples did not
+see (a thread born inside a batch); the BLAS linked inside libtorch_cpu.so (MKL, oneDNN, FBGEMM) is told apart
+from the rest of that library by its symbol table (bundled_blas.py). libtorch's own code is not counted: every call of
+a batch changes its inputs and allocates its outputs there (the harness's work, whose cost a loaded two-thread core
+multiplies fourfold), and ATen's computing ops are the op recorder's to refuse. If that comes to
+FOREIGN_SHARE_OF_WORK of the reference's whole work or more (the reference's CPU time per call in the same code,
+sampled in this process the same way), another library did the work (`judge`: WORK_NOT_OWN). The candidate's own
+time is not weighed at all: own "work" that pads the split (a page walk, a spin loop) changes nothing, and there is
+no per-call allowance a small task's foreign work could hide under (only MIN_SAMPLES, too little to tell). The
+Python interpreter and the C runtime (libc, libm, libstdc++, OpenMP's runtime) are overhead that no kernel avoids
+and count on neither side; so does the process's time in the kernel (page faults of fresh outputs, system calls).
 """
 
 from __future__ import annotations
@@ -27,14 +36,17 @@ import mmap
 import os
 import platform
 import struct
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from cudagent.procs import cpu_seconds, process_tree
+from cudagent.evaluator.audit import bundled_blas
+from cudagent.procs import CLOCK_TICKS, cpu_seconds, process_tree, user_seconds
 
 SAMPLE_PERIOD_NS = 250_000  # a sample each quarter millisecond of a thread's CPU time
-MIN_SAMPLES = 40  # fewer samples of computing code than this: too little to judge
-OWN_SHARE_REQUIRED = 0.5  # of the time spent computing (own and foreign code)
-FOREIGN_WORK_S = 200e-6  # foreign time a call must spend before it counts as doing the work, not as overhead
+MIN_SAMPLES = 40  # foreign work of fewer samples than this (10 ms), however large its share: too little to tell
+FOREIGN_SHARE_OF_WORK = 0.25  # work in code that is not the candidate's, this share of the reference's or more
+UNSEEN_TICKS = 2  # user time per sampled batch the process's tick-counted clock may read beyond the samples
+REFERENCE_S = 0.25  # how long the reference's calls (and the per-call overhead's) are sampled here
 KINDS = ("own", "torch", "blas", "numpy", "python", "runtime", "no file", "other")
 FOREIGN = ("torch", "blas", "numpy", "no file", "other")
 
@@ -82,38 +94,73 @@ class Split:
     seconds: dict[str, float] = field(default_factory=dict)
     samples: int = 0
     unsampled_s: float = 0.0  # CPU time of the other processes the candidate's process started
+    unseen_s: float = 0.0  # its own process's user time the samples did not see, beyond the clock's resolution
     kernel_s: float = 0.0  # its own time in the kernel: page faults, system calls (not sampled)
-    top: list[tuple[str, float]] = field(default_factory=list)  # the libraries that held the most time
-    calls: int = 1  # forward calls while sampled
+    top: dict[str, float] = field(default_factory=dict)  # seconds by library
+    calls: int = 0  # calls while sampled
 
     @property
     def computing_s(self) -> float:
-        return self.seconds.get("own", 0.0) + sum(self.seconds.get(k, 0.0) for k in FOREIGN) + self.unsampled_s
+        """The time sampled in code that computes: the candidate's own and everything foreign."""
+        return self.seconds.get("own", 0.0) + self.foreign_s
 
     @property
-    def own_share(self) -> float | None:
-        return self.seconds.get("own", 0.0) / self.computing_s if self.computing_s > 0 else None
+    def foreign_s(self) -> float:
+        return sum(self.seconds.get(k, 0.0) for k in FOREIGN) + self.unsampled_s + self.unseen_s
+
+    def add(self, other: Split) -> None:
+        for k, v in other.seconds.items():
+            self.seconds[k] = self.seconds.get(k, 0.0) + v
+        for k, v in other.top.items():
+            self.top[k] = self.top.get(k, 0.0) + v
+        self.samples += other.samples
+        self.unsampled_s += other.unsampled_s
+        self.unseen_s += other.unseen_s
+        self.kernel_s += other.kernel_s
+        self.calls += other.calls
+
+    def libraries(self, n: int = 5) -> list[tuple[str, float]]:
+        return sorted(self.top.items(), key=lambda kv: -kv[1])[:n]
 
     def to_dict(self) -> dict:
-        share = self.own_share
         return {
             "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
             "samples": self.samples,
             "unsampled_s": round(self.unsampled_s, 4),
+            "unseen_s": round(self.unseen_s, 4),
             "kernel_s": round(self.kernel_s, 4),
-            "own_share_of_computing": None if share is None else round(share, 3),
-            "top": [[name, round(s, 4)] for name, s in self.top],
+            "foreign_s": round(self.foreign_s, 4),
+            "top": [[name, round(s, 4)] for name, s in self.libraries()],
             "calls": self.calls,
         }
 
     def describe(self) -> str:
-        total = sum(self.seconds.values()) + self.unsampled_s
+        total = sum(self.seconds.values()) + self.unsampled_s + self.unseen_s
         if total <= 0:
             return "no CPU time sampled"
         parts = [f"{k} {100 * self.seconds[k] / total:.0f}%" for k in KINDS if self.seconds.get(k)]
         if self.unsampled_s > 0:
             parts.append(f"other processes {100 * self.unsampled_s / total:.0f}%")
+        if self.unseen_s > 0:
+            parts.append(f"unsampled threads {100 * self.unseen_s / total:.0f}%")
         return ", ".join(parts) + (f"; and {self.kernel_s:.3f} s in the kernel" if self.kernel_s > 0.001 else "")
+
+
+@dataclass
+class Work:
+    """What the reference's calls cost in CPU time per call, sampled in this process: `work_s` its computing (the
+    foreign kinds: libtorch, a BLAS, ...) beyond `overhead_s`, what a call that only changes its inputs and allocates
+    its outputs spends there."""
+
+    work_s: float
+    overhead_s: float
+    calls: int
+
+    def to_dict(self) -> dict:
+        return {
+            "work_ms_per_call": round(self.work_s * 1e3, 5),
+            "overhead_ms_per_call": round(self.overhead_s * 1e3, 5),
+        }
 
 
 class Sampler:
@@ -122,8 +169,11 @@ class Sampler:
     def __init__(self, pid: int):
         self.pid = pid
         self.events: list[tuple[int, mmap.mmap]] = []
-        self.cpu_before = (0.0, 0.0)  # (the whole tree's CPU seconds, the process's own)
-        self.cpu_s = (0.0, 0.0)
+        self.cpu_before = (0.0, 0.0, 0.0)  # (the whole tree's CPU seconds, the process's own, its user time)
+        self.cpu_s = (0.0, 0.0, 0.0)
+        self.ips: list[int] = []
+        self.maps: list = []
+        self.stopped = False
 
     def __enter__(self) -> Sampler:
         nr = _SYSCALL.get(platform.machine())
@@ -161,22 +211,29 @@ class Sampler:
             fcntl.ioctl(fd, _IOC_ENABLE, 0)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def stop(self) -> None:
+        """Stop sampling (once; what came after is not the calls'); the samples are read on leaving."""
         import fcntl
 
+        if self.stopped:
+            return
+        self.stopped = True
         for fd, _ in self.events:
             try:
                 fcntl.ioctl(fd, _IOC_DISABLE, 0)
             except OSError:
                 pass
         after = self._cpu()
-        self.cpu_s = (max(0.0, after[0] - self.cpu_before[0]), max(0.0, after[1] - self.cpu_before[1]))
+        self.cpu_s = tuple(max(0.0, a - b) for a, b in zip(after, self.cpu_before))
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
         self.ips = [ip for _, buf in self.events for ip in _samples(buf)]
         self.maps = _code_maps(self.pid)
         self._close()
 
-    def _cpu(self) -> tuple[float, float]:
-        return cpu_seconds(process_tree(self.pid)), cpu_seconds([self.pid])
+    def _cpu(self) -> tuple[float, float, float]:
+        return cpu_seconds(process_tree(self.pid)), cpu_seconds([self.pid]), user_seconds(self.pid)
 
     def _close(self) -> None:
         for fd, buf in self.events:
@@ -184,7 +241,7 @@ class Sampler:
             os.close(fd)
         self.events = []
 
-    def split(self, own_files: list[str], calls: int = 1) -> Split:
+    def split(self, own_files: list[str], calls: int = 0) -> Split:
         """The sampled time by kind of code; `own_files`: the candidate's own libraries (its hand-in's), known by
         their device and inode (the process may see them under another path, inside its jail)."""
         own = set()
@@ -195,22 +252,64 @@ class Sampler:
         seconds: dict[str, float] = {}
         by_file: dict[str, float] = {}
         for ip in self.ips:
-            path, identity = _mapping_of(ip, self.maps)
-            kind = "own" if identity in own else classify(path)
+            kind, name = _kind_of(ip, self.maps, own)
             seconds[kind] = seconds.get(kind, 0.0) + period
-            name = os.path.basename(path) if path else "(no file)"
             by_file[name] = by_file.get(name, 0.0) + period
         sampled = len(self.ips) * period
-        top = sorted(by_file.items(), key=lambda kv: -kv[1])[:5]
-        tree, own_process = self.cpu_s
+        tree, own_process, user = self.cpu_s
         return Split(
             seconds,
             samples=len(self.ips),
             unsampled_s=max(0.0, tree - own_process),
-            kernel_s=max(0.0, own_process - sampled),
-            top=top,
+            unseen_s=max(0.0, user - sampled - UNSEEN_TICKS / CLOCK_TICKS),
+            kernel_s=max(0.0, own_process - max(user, sampled)),
+            top=by_file,
             calls=calls,
         )
+
+
+class Watch:
+    """The candidate's CPU time over every batch it runs: a Sampler opened for each batch (a thread it started
+    since the last one is sampled from the next), the splits added up."""
+
+    def __init__(self, pid: int, own_files: list[str]):
+        self.pid, self.own_files = pid, own_files
+        self.split = Split()
+        self.failed: str | None = None
+
+    @contextmanager
+    def batch(self, calls: int):
+        """Sample while a batch of `calls` calls runs; yields `stop()`, to call the moment the calls are done (the
+        batch's early frame: its checks and the reading of its outputs are the evaluator's, not forward's)."""
+        if self.failed is not None:
+            yield lambda: None
+            return
+        try:
+            sampler = Sampler(self.pid).__enter__()
+        except Unavailable as exc:
+            self.failed = str(exc)
+            yield lambda: None
+            return
+        try:
+            yield sampler.stop
+        finally:
+            sampler.__exit__(None, None, None)
+        self.split.add(sampler.split(self.own_files, calls))
+
+
+def reference_work(run_reference, run_overhead, calls_for) -> Work:
+    """Sample this process while `run_reference(n)` makes n of the reference's calls, and while `run_overhead(n)`
+    makes n calls that only change their inputs and allocate outputs like the reference's; `calls_for(run)` says
+    how many calls take about REFERENCE_S. Raises Unavailable where sampling is refused."""
+    per_call = {}
+    for name, run in (("reference", run_reference), ("overhead", run_overhead)):
+        n = calls_for(run)
+        run(min(n, 3))  # warm: the thread pools this process's calls use exist before their threads are listed
+        with Sampler(os.getpid()) as sampler:
+            run(n)
+        split = sampler.split([], n)
+        per_call[name] = (sum(split.seconds.get(k, 0.0) for k in FOREIGN) + split.unseen_s) / n
+    return Work(max(0.0, per_call["reference"] - per_call["overhead"]), per_call["overhead"], n)
 
 
 def classify(path: str | None) -> str:
@@ -233,25 +332,26 @@ def classify(path: str | None) -> str:
     return "other"
 
 
-def judge(split: Split) -> str | None:
-    """Why the split fails the rule (most of forward's computing time in the candidate's own code), or None; None
-    too when there were too few samples to tell."""
-    computing_samples = split.computing_s / (SAMPLE_PERIOD_NS / 1e9)
-    share = split.own_share
-    if share is None or computing_samples < MIN_SAMPLES or share >= OWN_SHARE_REQUIRED:
+def judge(split: Split, work: Work) -> str | None:
+    """Why the candidate's work done elsewhere is the work, or None (see the module's note); None too when it is too
+    little to tell. Work done elsewhere: the time in a BLAS (the one inside libtorch_cpu.so included), NumPy, code with
+    no file, other processes and unsampled threads. libtorch's own code is not counted: every call changes its inputs
+    and allocates its outputs there, at a cost a loaded machine multiplies (ops that compute are the op recorder's)."""
+    elsewhere = split.foreign_s - split.seconds.get("torch", 0.0)
+    least = max(MIN_SAMPLES * SAMPLE_PERIOD_NS / 1e9, FOREIGN_SHARE_OF_WORK * split.calls * work.work_s)
+    if elsewhere < least:
         return None
-    if (split.computing_s - split.seconds.get("own", 0.0)) / max(1, split.calls) < FOREIGN_WORK_S:
-        return None  # overhead, not work (see the module's note)
-    foreign = {k: split.seconds.get(k, 0.0) for k in FOREIGN if split.seconds.get(k)}
+    foreign = {k: split.seconds.get(k, 0.0) for k in FOREIGN if split.seconds.get(k) and k != "torch"}
     if split.unsampled_s > 0:
-        foreign["unsampled (other processes)"] = split.unsampled_s
-    where = ", ".join(
-        f"{k} {100 * v / split.computing_s:.0f}%" for k, v in sorted(foreign.items(), key=lambda x: -x[1])
-    )
-    libs = ", ".join(name for name, _ in split.top[:3])
+        foreign["other processes"] = split.unsampled_s
+    if split.unseen_s > 0:
+        foreign["unsampled threads"] = split.unseen_s
+    where = ", ".join(f"{k} {1e3 * v / split.calls:.3f} ms" for k, v in sorted(foreign.items(), key=lambda x: -x[1]))
+    libs = ", ".join(name for name, _ in split.libraries(3))
     return (
-        f"{100 * share:.0f}% of forward's computing time ran in the candidate's own code and the rest elsewhere "
-        f"({where}; most in {libs}): the work must be done by the candidate's kernels"
+        f"{1e3 * elsewhere / split.calls:.3f} ms a call of forward's CPU time did work in code that is not the "
+        f"candidate's ({where}; most in {libs}), against {1e3 * work.work_s:.3f} ms for the reference's whole work: "
+        "the work must be done by the candidate's kernels"
     )
 
 
@@ -283,8 +383,9 @@ def _read(buf, offset: int, size: int, pos: int, n: int) -> bytes:
     return buf[offset + i : offset + size] + buf[offset : offset + (i + n - size)]
 
 
-def _code_maps(pid: int) -> list[tuple[int, int, str | None, tuple]]:
-    """The executable mappings of the process: (start, end, file or None, (device major, minor, inode))."""
+def _code_maps(pid: int) -> list[tuple[int, int, str | None, tuple, int]]:
+    """The executable mappings of the process: (start, end, file or None, (device major, minor, inode), offset in
+    the file)."""
     maps = []
     try:
         with open(f"/proc/{pid}/maps") as f:
@@ -295,14 +396,26 @@ def _code_maps(pid: int) -> list[tuple[int, int, str | None, tuple]]:
                 start, end = (int(x, 16) for x in parts[0].split("-"))
                 major, minor = (int(x, 16) for x in parts[3].split(":"))
                 path = parts[5].strip() if len(parts) == 6 else ""
-                maps.append((start, end, path if path.startswith(("/", "[v")) else None, (major, minor, int(parts[4]))))
+                path = path if path.startswith(("/", "[v")) else None
+                maps.append((start, end, path, (major, minor, int(parts[4])), int(parts[2], 16)))
     except (OSError, ValueError):
         pass
     return maps
 
 
-def _mapping_of(ip: int, maps) -> tuple[str | None, tuple | None]:
-    for start, end, path, identity in maps:
+def _kind_of(ip: int, maps, own: set) -> tuple[str, str]:
+    """(kind of code, library name) of the sample at `ip`: the candidate's own, or its library's kind, except that a
+    BLAS linked into a library (bundled_blas.py: MKL inside libtorch_cpu.so) is "blas"."""
+    for start, end, path, identity, offset in maps:
         if start <= ip < end:
-            return path, identity
-    return None, None
+            name = os.path.basename(path) if path else "(no file)"
+            if identity in own:
+                return "own", name
+            kind = classify(path)
+            if kind == "torch" and path is not None:
+                table = bundled_blas.ranges(path, identity)
+                vaddr = bundled_blas.vaddr_of(table, ip - start + offset) if table else None
+                if vaddr is not None and bundled_blas.contains(table, vaddr):
+                    return "blas", f"{name} (its BLAS)"
+            return kind, name
+    return "no file", "(no file)"

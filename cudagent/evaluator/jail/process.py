@@ -226,11 +226,16 @@ class ChildProcess:
         reply = self._receive(timeout_s, max_bytes, what or msg.get("op", ""))
         return reply, time.monotonic() - sent
 
-    def early_request(self, msg: dict, timeout_s: float, max_bytes: int = DEFAULT_MAX_FRAME, what: str = ""):
+    def early_request(
+        self, msg: dict, timeout_s: float, max_bytes: int = DEFAULT_MAX_FRAME, what: str = "", at_early=None
+    ):
         """For a request whose handler sends an early frame (`"early": true`) the moment its work is done, then its
         reply (after the checks every reply gets): (the reply with the early frame's fields, seconds from the end of
-        sending to the early frame). A handler that failed before its early frame sends the reply alone."""
+        sending to the early frame; `at_early()` is called as that frame arrives). A handler that failed before its
+        early frame sends the reply alone."""
         first, seconds = self.timed_request(msg, timeout_s, max_bytes, what)
+        if at_early is not None:
+            at_early()
         if first.get("early") is not True:
             return first, seconds
         reply = self._receive(timeout_s, max_bytes, what or msg.get("op", ""))

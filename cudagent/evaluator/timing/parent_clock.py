@@ -28,10 +28,13 @@ CPU, where other programs' threads stall a batch as readily.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import secrets
 import statistics
 from dataclasses import asdict, dataclass, field
+
+from cudagent.evaluator.transforms import ParamStream
 
 ROUNDS = 3
 PINGS = 9
@@ -103,6 +106,42 @@ def calls_for(n: int, took_ms: float, round_trip_ms: float) -> int | None:
     return min(MAX_CALLS, 10 * n, max(n + 1, math.ceil(1.2 * want / per_call)))
 
 
+def run_calls(fn, sets: list, pristine: list, specs: list, seed: int, n: int, flush=None, sync=None, keep: int = 0):
+    """The calls of one batch, wherever they run (the child's `batch` op; the evaluator's own reference when it
+    measures what the work costs, audit/attribution.py): call c runs on set c % len(sets), its contents the pristine
+    set under the seeded stream's next draw (replayable by the parent), after the flush (if any) and followed by the
+    synchronize (if any). Returns (the last outputs, the last call's set, kept): `keep` outputs held by reference,
+    chosen uniformly over the calls, each only after its call returned (measure.py's reservoir), {call: (set,
+    outputs)}."""
+    import torch
+
+    stream = ParamStream(seed)
+    k, out, kept = 0, None, {}
+    with torch.no_grad():
+        for c in range(n):
+            k = c % len(sets)
+            specs[k].apply(pristine[k], stream.next(len(sets[k])), out=sets[k])
+            if flush is not None:
+                flush.zero_()
+            out = None  # the previous call's outputs go before the next call allocates its own
+            out = fn(*sets[k])
+            if sync is not None:
+                sync()
+            _reservoir(kept, keep, c, k, out)
+    return out, k, kept
+
+
+def _reservoir(kept: dict, size: int, c: int, k: int, out) -> None:
+    """Hold call c's outputs with probability size / (c + 1), in place of a random held one (uniform over all)."""
+    if size <= 0:
+        return
+    if len(kept) < size:
+        kept[c] = (k, out)
+    elif secrets.randbelow(c + 1) < size:
+        del kept[secrets.choice(sorted(kept))]
+        kept[c] = (k, out)
+
+
 def checksums(outputs) -> list[float]:
     """The float64 sum of every tensor in `outputs`, in order (the child's side: computed where the outputs are)."""
     import torch
@@ -149,6 +188,7 @@ class ParentClock:
     targets: dict
     null: tuple
     check: object = None
+    watch: object = None  # attribution.Watch: the candidate's batches are sampled (audit/attribution.py)
     rounds: int = ROUNDS
     clocked: dict = field(default_factory=dict)
 
@@ -189,10 +229,15 @@ class ParentClock:
 
     def _batch(self, name: str, request, msg: dict, n: int) -> float:
         sent = {**msg, "op": "batch", "n": n, "seed": secrets.randbits(62)}
-        reply, seconds = request(sent)
-        _refuse_failed(f"the {name} batch", reply)
-        if self.check is not None:
-            self.check(name, sent, reply)
+        if self.watch is None or name != "candidate":
+            watched = contextlib.nullcontext()
+        else:
+            watched = self.watch.batch(n)
+        with watched as stop:
+            reply, seconds = request(sent, **({"at_early": stop} if stop else {}))
+            _refuse_failed(f"the {name} batch", reply)
+            if self.check is not None:
+                self.check(name, sent, reply)
         return seconds * 1e3
 
     def to_dict(self) -> dict:
@@ -208,7 +253,7 @@ def early_request(child, what: str, timeout_s: float = 600.0, max_bytes: int = 1
     """`request(msg)` for ParentClock over a ChildProcess: (reply, seconds from sending to the batch's early frame,
     by this process's clock; child.py's op_batch sends it when its calls are done, before the checks of the reply)."""
 
-    def request(msg: dict):
-        return child.early_request(msg, timeout_s=timeout_s, max_bytes=max_bytes, what=what)
+    def request(msg: dict, at_early=None):
+        return child.early_request(msg, timeout_s=timeout_s, max_bytes=max_bytes, what=what, at_early=at_early)
 
     return request

@@ -66,17 +66,74 @@ Gemm find_gemm() {
 
 }  // namespace
 
-static torch::Tensor matmul(torch::Tensor a, torch::Tensor b) {
+static void foreign_product(const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& out) {
     static Gemm gemm = find_gemm();
     TORCH_CHECK(gemm != nullptr, "no gemm found");
     const int m = (int)a.size(0), k = (int)a.size(1), n = (int)b.size(1);
-    auto out = torch::empty({m, n}, a.options());
     const float one = 1.0f, zero = 0.0f;
     // row-major C = A B is column-major C^T = B^T A^T
     gemm("N", "N", &n, &m, &k, &one, b.data_ptr<float>(), &n, a.data_ptr<float>(), &k, &zero, out.data_ptr<float>(), &n);
+}
+
+static void own_product(const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& out, bool right) {
+    const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+    const float *pa = a.data_ptr<float>(), *pb = b.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+            float acc = 0.0f;
+            for (int64_t p = 0; p < k; ++p) acc += pa[i * k + p] * pb[p * n + j];
+            po[i * n + j] = right ? acc : 0.5f * acc;  // the own path of the "wrong" variant is never compared
+        }
+}
+
+static torch::Tensor matmul(torch::Tensor a, torch::Tensor b) {
+    auto out = torch::empty({a.size(0), b.size(1)}, a.options());
+    foreign_product(a, b, out);
     return out;
 }
 
-static void register_ops(pybind11::module& m) { m.def("matmul", &matmul); }
+// The candidate's own product, honest and slow (the compute-bound twin of the forged-clock case).
+static torch::Tensor matmul_own(torch::Tensor a, torch::Tensor b) {
+    auto out = torch::empty({a.size(0), b.size(1)}, a.options());
+    own_product(a, b, out, true);
+    return out;
+}
+
+// Own "work" that touches neither the inputs nor the outputs: a walk over pages of its own, three times as long as
+// the product, so that most of forward's CPU time is in this library.
+static torch::Tensor matmul_padded(torch::Tensor a, torch::Tensor b) {
+    auto out = torch::empty({a.size(0), b.size(1)}, a.options());
+    foreign_product(a, b, out);
+    static volatile float pages[1 << 18];
+    const int64_t steps = 3 * a.size(0) * a.size(1) * b.size(1) / 16;
+    for (int64_t s = 0; s < steps; ++s) pages[(s * 1031) & ((1 << 18) - 1)] += 1.0f;
+    return out;
+}
+
+// Honest only when watched: a call on the same contents as the call before it (what a phase that calls forward again
+// and again on one input set looks like) runs the own loops; a call on new contents has the BLAS do the product.
+static torch::Tensor matmul_watched(torch::Tensor a, torch::Tensor b, bool own_right) {
+    static float seen_a[1 << 18], seen_b[1 << 18];
+    const int64_t na = a.numel(), nb = b.numel();
+    TORCH_CHECK(na <= (1 << 18) && nb <= (1 << 18), "inputs too large");
+    const float *pa = a.data_ptr<float>(), *pb = b.data_ptr<float>();
+    const bool again = std::memcmp(pa, seen_a, na * 4) == 0 && std::memcmp(pb, seen_b, nb * 4) == 0;
+    std::memcpy(seen_a, pa, na * 4);
+    std::memcpy(seen_b, pb, nb * 4);
+    auto out = torch::empty({a.size(0), b.size(1)}, a.options());
+    if (again)
+        own_product(a, b, out, own_right);
+    else
+        foreign_product(a, b, out);
+    return out;
+}
+
+static void register_ops(pybind11::module& m) {
+    m.def("matmul", &matmul);
+    m.def("matmul_own", &matmul_own);
+    m.def("matmul_padded", &matmul_padded);
+    m.def("matmul_watched", &matmul_watched);
+}
 
 REGISTER_BINDING(matmul_ops, register_ops);
