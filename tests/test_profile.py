@@ -145,12 +145,16 @@ def test_a_candidate_busy_while_the_baselines_run_is_not_vouched_for(tmp_path, m
     subprocess import, is off to show the timing defense on its own."""
     import shutil
 
+    import cudagent.evaluator.audit.attribution as attribution
     from cudagent.device.info import resolve_device
     from cudagent.evaluator import EvalOptions, Evaluator
     from cudagent.task import load_task
     from cudagent.workspace import Workspace
 
     monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(seeded_cache(tmp_path / "cache")))
+    # its spinning helper is CPU time in another process while forward runs, which the attribution counts as work
+    # done elsewhere (WORK_NOT_OWN): off, to show the timing defense on its own
+    monkeypatch.setattr(attribution, "judge", lambda split, work: None)
     task = load_task(ROOT / "tests/adversarial/tasks/vadd.py")
 
     def evaluate(case: str):

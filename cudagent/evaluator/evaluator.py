@@ -574,7 +574,9 @@ class Evaluator:
                 not watch.failed and watch.split.computing_s < ATTRIBUTION_CPU_S and ran_s < ATTRIBUTION_MAX_S
             ):
                 sent = {**message, "n": n, "seed": secrets.randbits(62), **({"inputs": sets} if first else {})}
-                with watch.batch(n) as stop:
+                # the first batch is checked but not sampled: the threads a process starts on its first parallel
+                # work (OpenMP's) exist before the sampling lists them; a thread started later counts as unseen
+                with watch.batch(n) if not first else contextlib.nullcontext() as stop:
                     reply, seconds = request(sent, at_early=stop)
                     if not reply.get("ok", False):
                         v.reject("FORWARD_RAISED", f"[cpu-time] ModelNew.forward raised {reply.get('error')}")

@@ -75,6 +75,10 @@ def test_the_rule_weighs_foreign_work_against_the_reference_and_never_the_own_ti
     for own in (0.0, 0.1, 10.0):
         busy = attribution.Split({"own": own, "blas": 0.09, "python": 0.05}, samples=1000, calls=100)
         assert "blas 0.900 ms" in attribution.judge(busy, work)
+    # a product's reference spends its work in a BLAS: that time (not its whole, which load inflates) is the measure
+    product = attribution.Work(work_s=10e-3, overhead_s=50e-6, calls=100, elsewhere_s=1e-3)
+    mkl = attribution.Split({"blas": 0.03}, samples=200, calls=100)  # 0.3 ms a call: under a quarter of 10 ms
+    assert "own time there" in attribution.judge(mkl, product)
     # a tiny task: no per-call allowance, only too few samples to tell (a quarter of the work is enough)
     tiny = attribution.Work(work_s=20e-6, overhead_s=10e-6, calls=100)
     small = attribution.Split({"own": 0.001, "blas": 0.015}, samples=70, calls=1000)

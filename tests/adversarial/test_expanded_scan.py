@@ -33,7 +33,7 @@ def test_python_api_names_pasted_by_macros_are_seen_after_preprocessing(monkeypa
 
     expanded_scan_off(monkeypatch)
     caught_later = _run(case, tmp_path_factory.mktemp("scan-off"))
-    monkeypatch.setattr(attribution, "judge", lambda split: None)
+    monkeypatch.setattr(attribution, "judge", lambda split, work: None)
     loose = _run(case, tmp_path_factory.mktemp("all-off"))
     assert caught_later.codes == ["WORK_NOT_OWN"], caught_later.summary()  # the CPU time attribution, point 1
     assert loose.correct and loose.codes == [], f"the attack is caught elsewhere:\n{loose.summary()}"

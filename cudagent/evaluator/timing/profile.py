@@ -98,6 +98,7 @@ class Profiler:
     own_ms: float | None = None  # the candidate's in-process median
     clock: ParentClock | None = None
     specs: list = field(default_factory=list)  # each timing set's InputSpec
+    unvouched: list = field(default_factory=list)  # CPU: why the parent's clock vouches for no speedup (tier 1 at most)
     watch: object = None  # CPU: attribution.Watch sampling every batch of the candidate's (audit/attribution.py)
 
     def run(self, child: ChildProcess, ref_model, ext: Extension | None, v: Verdict) -> None:
@@ -143,6 +144,9 @@ class Profiler:
             t0 = time.monotonic()
             self._confirm(child, baselines, v)
             v.seconds["timing_confirmation"] = round(time.monotonic() - t0, 3)
+        for why in self.unvouched:  # after the confirmation, which also finds stale baselines and interference
+            v.tier = min(v.tier, 1)
+            v.notes.append(why)
         v.timing = self.detail
 
     # ----- the measurement ------------------------------------------------------------------------------------
@@ -339,8 +343,7 @@ class Profiler:
         null = self.clock.clocked["null"].per_call_ms()
         own = meas.stats.median
         if null > RESOLUTION_FACTOR * own:
-            v.tier = min(v.tier, 1)
-            v.notes.append(
+            self.unvouched.append(
                 f"changing a call's inputs took {null:.3f} ms by the evaluator's clock beside {own:.4f} ms a call: "
                 "its clock cannot resolve the candidate's calls (other load?), so no speedup is vouched for (tier 1 at "
                 "most)"
@@ -360,8 +363,8 @@ class Profiler:
             "candidate's process"
         )
         if not self.device.is_cuda:
-            v.tier = min(v.tier, 1)
-            v.notes.append(f"{what}: on the CPU that may be other load; no speedup is vouched for (tier 1 at most)")
+            why = f"{what}: on the CPU that may be other load; no speedup is vouched for (tier 1 at most)"
+            self.unvouched.append(why)
             return
         try:
             parent_ms = min(parent_ms, self.clock.again("candidate"))
