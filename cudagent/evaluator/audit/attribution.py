@@ -28,6 +28,9 @@ time is not weighed at all: own "work" that pads the split (a page walk, a spin 
 no per-call allowance a small task's foreign work could hide under (only MIN_SAMPLES, too little to tell). The
 Python interpreter and the C runtime (libc, libm, libstdc++, OpenMP's runtime) are overhead that no kernel avoids
 and count on neither side; so does the process's time in the kernel (page faults of fresh outputs, system calls).
+
+One module over 400 lines: the sampler, the split it yields and the rule that reads it change together; the symbol
+table of a bundled BLAS, which they only ask, lives in bundled_blas.py.
 """
 
 from __future__ import annotations
