@@ -74,9 +74,10 @@ from cudagent.workspace import CandidateFormat, Workspace
 
 SPARE_PROCESSES = 2  # with spare_process: started processes kept ready for the next evaluations
 # CPU: the candidate's batches run while sampled before the timing until their computing CPU time (its own code and
-# other libraries', not the interpreter's or OpenMP's waiting) reaches this, or for this long at most (a loaded machine)
+# other libraries', not the interpreter's or OpenMP's waiting) reaches ATTRIBUTION_CPU_S, or for ATTRIBUTION_MAX_S at
+# most (a loaded machine; the timing's batches are sampled too), one sampled batch at least
 ATTRIBUTION_CPU_S = 0.25
-ATTRIBUTION_MAX_S = 10.0
+ATTRIBUTION_MAX_S = 5.0
 # What running out of device memory looks like, wherever it happened (the reference, get_inputs, the candidate)
 DEVICE_OOM = re.compile(
     r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"
@@ -570,8 +571,10 @@ class Evaluator:
         message = {"op": "batch", "target": "candidate", "specs": [s.to_list() for s in specs], "keep": KEEP}
         n, ran_s, first = CALIBRATION_CALLS, 0.0, True
         try:
-            while first or (
-                not watch.failed and watch.split.computing_s < ATTRIBUTION_CPU_S and ran_s < ATTRIBUTION_MAX_S
+            while first or (  # one sampled batch at least, however long the first took
+                not watch.failed
+                and (watch.split.calls == 0 or ran_s < ATTRIBUTION_MAX_S)
+                and watch.split.computing_s < ATTRIBUTION_CPU_S
             ):
                 sent = {**message, "n": n, "seed": secrets.randbits(62), **({"inputs": sets} if first else {})}
                 # the first batch is checked but not sampled: the threads a process starts on its first parallel

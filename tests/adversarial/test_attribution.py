@@ -1,9 +1,10 @@
 """Where forward's CPU time went (cudagent/evaluator/audit/attribution.py), from the attacker's side: ways of having
 another library do the work that every other audit lets through, each accepted with the attribution off (the attack
 is real) and rejected with it on (WORK_NOT_OWN): MKL's sgemm_ reached by an ELF walk, NumPy through the C API, MKL
-with the own share padded by a page walk, MKL on every call but those a sampled phase of repeated inputs would make
-(with the own path right, and wrong), MKL on a task under 200 us a call. Honest kernels, with OpenMP threads, views
-and metadata or the work in their own helper, accepted with their split reported."""
+with the own share padded by a page walk, MKL in a thread born inside each call, MKL on every call but those a
+sampled phase of repeated inputs would make (with the own path right, and wrong), MKL on a task under 200 us a call.
+Honest kernels, with OpenMP threads, views and metadata or the work in their own helper, accepted with their split
+reported."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ ATTACKS = [
     "foreign_blas_by_pointer",
     "foreign_numpy_by_capi",
     "foreign_blas_padded",
+    "foreign_blas_new_thread",
     "foreign_blas_watched_only",
     "foreign_blas_watched_wrong",
     "foreign_blas_small",
@@ -48,8 +50,10 @@ def test_work_done_by_another_library_is_found_by_its_program_counters(runner, r
     expanded_scan_off(monkeypatch)  # the NumPy route is also refused by point 3's defences: the attribution alone here
     v = runner.run(case)
     assert not v.correct and v.codes == ["WORK_NOT_OWN"], v.summary()
-    foreign = v.cpu_time["seconds"].get("blas", 0.0) + v.cpu_time["seconds"].get("numpy", 0.0)
-    assert foreign / v.cpu_time["calls"] >= 0.5 * v.cpu_time["work_ms_per_call"] / 1e3, v.cpu_time
+    seconds = v.cpu_time["seconds"]
+    foreign = seconds.get("blas", 0.0) + seconds.get("numpy", 0.0) + v.cpu_time["unseen_s"]  # unseen: a new thread's
+    measure_ms = v.cpu_time["elsewhere_ms_per_call"] or v.cpu_time["work_ms_per_call"]  # the rule's measure
+    assert foreign / v.cpu_time["calls"] >= attribution.FOREIGN_SHARE_OF_WORK * measure_ms / 1e3, v.cpu_time
     print(name, v.cpu_time["described"])
 
     monkeypatch.setattr(attribution, "judge", lambda split, work: None)  # the defence off

@@ -23,7 +23,7 @@ CPP_FAULTS = {
     "segfault": "{ volatile int* p = nullptr; *p = 1; }",
     "spin": "{ volatile bool go = true; while (go) {} }",
     "host_oom": "{ static std::vector<std::vector<char>> hog; for (;;) hog.emplace_back(size_t(64) << 20, 1); }",
-    "print_flood": '{ for (int i = 0; i < 3000000; ++i) printf("%0100d\\n", i); fflush(stdout); }',
+    "print_flood": '{ for (int i = 0; i < 300000; ++i) printf("%0100d\\n", i); fflush(stdout); }',
 }
 
 # CUDA faults: kernels added to the .cu file, and statements run at the top of its host launcher.

@@ -850,6 +850,16 @@ time.sleep(300)
             supervisor.kill()
 
 
+def ray_logs(temp: str) -> str:
+    """The tails of a head node's job agent and dashboard logs (what says why it took no job)."""
+    logs = Path(temp) / "session_latest" / "logs"
+    tails = []
+    for name in ("dashboard_agent.log", "dashboard.log", "raylet.out", "gcs_server.out"):
+        for path in sorted(logs.glob(name))[:1]:
+            tails.append(f"--- {name}\n" + path.read_text(errors="replace")[-1500:])
+    return "\n".join(tails) or f"(no logs under {logs})"
+
+
 @pytest.mark.slow
 def test_sigterm_stops_a_stage_submitted_to_a_ray_cluster(tmp_path):
     """With --ray-address the stage runs on the cluster and the process here only follows its logs: a SIGTERM stops
@@ -898,8 +908,11 @@ def test_sigterm_stops_a_stage_submitted_to_a_ray_cluster(tmp_path):
         # node's job agent takes submissions, and a submission in between fails ("Failed to get head node agent").
         deadline = time.monotonic() + 300  # a loaded two-core machine took over three minutes once
         ready = [ray, "job", "submit", "--address", address, "--", sys.executable, "-c", "pass"]
-        while subprocess.run(ready, env=env, capture_output=True).returncode:
-            assert head.poll() is None and time.monotonic() < deadline, "the head node never took a job"
+        while (tried := subprocess.run(ready, env=env, capture_output=True, text=True)).returncode:
+            assert head.poll() is None and time.monotonic() < deadline, (
+                f"the head node never took a job (head exit {head.poll()}); the last submission said:\n"
+                f"{(tried.stdout + tried.stderr)[-2000:]}\n{ray_logs(temp)}"
+            )
             time.sleep(0.5)
         supervisor = subprocess.Popen([sys.executable, "-c", _SUPERVISOR, json.dumps(job), json.dumps(stop),
                                        str(tmp_path)], env=env)  # fmt: skip

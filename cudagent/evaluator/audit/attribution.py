@@ -16,8 +16,9 @@ sample fell in.
 What is sampled is every batch of calls the candidate runs (parent_clock.py: the calls the evaluator times and
 checks, each on contents never seen before, outputs checked at calls chosen after they returned), so there is no
 phase a candidate could recognise and behave in. What is judged is the work done elsewhere alone: the CPU time in
-a BLAS, NumPy, code with no file, other processes it started, and its own process's user time the samples did not
-see (a thread born inside a batch); the BLAS linked inside libtorch_cpu.so (MKL, oneDNN, FBGEMM) is told apart
+a BLAS, NumPy, code with no file, other processes it started, and the CPU time of its threads the sampling did not
+list (a thread born inside a batch: the process's CPU clock, read to the nanosecond, less the task clock of every
+thread sampled); the BLAS linked inside libtorch_cpu.so (MKL, oneDNN, FBGEMM) is told apart
 from the rest of that library by its symbol table (bundled_blas.py). libtorch's own code is not counted: every call of
 a batch changes its inputs and allocates its outputs there (the harness's work, whose cost a loaded two-thread core
 multiplies fourfold), and ATen's computing ops are the op recorder's to refuse. If that comes to
@@ -40,16 +41,16 @@ import mmap
 import os
 import platform
 import struct
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from cudagent.evaluator.audit import bundled_blas
-from cudagent.procs import CLOCK_TICKS, cpu_seconds, process_tree, user_seconds
+from cudagent.procs import cpu_seconds, process_tree
 
 SAMPLE_PERIOD_NS = 250_000  # a sample each quarter millisecond of a thread's CPU time
 MIN_SAMPLES = 40  # foreign work of fewer samples than this (10 ms), however large its share: too little to tell
 FOREIGN_SHARE_OF_WORK = 0.25  # work in code that is not the candidate's, this share of the reference's or more
-UNSEEN_TICKS = 2  # user time per sampled batch the process's tick-counted clock may read beyond the samples
 REFERENCE_S = 0.25  # how long the reference's calls (and the per-call overhead's) are sampled here
 KINDS = ("own", "torch", "blas", "numpy", "python", "runtime", "no file", "other")
 FOREIGN = ("torch", "blas", "numpy", "no file", "other")
@@ -98,8 +99,9 @@ class Split:
     seconds: dict[str, float] = field(default_factory=dict)
     samples: int = 0
     unsampled_s: float = 0.0  # CPU time of the other processes the candidate's process started
-    unseen_s: float = 0.0  # its own process's user time the samples did not see, beyond the clock's resolution
-    kernel_s: float = 0.0  # its own time in the kernel: page faults, system calls (not sampled)
+    unseen_s: float = 0.0  # CPU time of its process's threads that were not sampled (born inside the batch)
+    kernel_s: float = 0.0  # its sampled threads' time the samples did not see: the kernel (page faults, system calls)
+    thread_s: float = 0.0  # its sampled threads' CPU time, to the nanosecond (their task clocks)
     top: dict[str, float] = field(default_factory=dict)  # seconds by library
     calls: int = 0  # calls while sampled
 
@@ -121,6 +123,7 @@ class Split:
         self.unsampled_s += other.unsampled_s
         self.unseen_s += other.unseen_s
         self.kernel_s += other.kernel_s
+        self.thread_s += other.thread_s
         self.calls += other.calls
 
     def libraries(self, n: int = 5) -> list[tuple[str, float]]:
@@ -133,6 +136,7 @@ class Split:
             "unsampled_s": round(self.unsampled_s, 4),
             "unseen_s": round(self.unseen_s, 4),
             "kernel_s": round(self.kernel_s, 4),
+            "thread_s": round(self.thread_s, 4),
             "foreign_s": round(self.foreign_s, 4),
             "top": [[name, round(s, 4)] for name, s in self.libraries()],
             "calls": self.calls,
@@ -177,16 +181,21 @@ class Work:
 
 
 class Sampler:
-    """Samples the program counters of every thread of process `pid` while enabled (see the module's note)."""
+    """Samples the program counters of every thread of process `pid` while enabled (see the module's note), and
+    counts what the sampling did not list: each sampled thread's task clock and the whole process's CPU clock are
+    read to the nanosecond (a tick-counted user time drifts from the samples by more than a small task's work on a
+    loaded machine), and the CPU time of the other processes it started."""
 
     def __init__(self, pid: int):
         self.pid = pid
         self.events: list[tuple[int, mmap.mmap]] = []
-        self.cpu_before = (0.0, 0.0, 0.0)  # (the whole tree's CPU seconds, the process's own, its user time)
-        self.cpu_s = (0.0, 0.0, 0.0)
         self.ips: list[int] = []
         self.maps: list = []
         self.stopped = False
+        self._before = (0, 0.0)  # (the process's CPU clock in ns, its children's CPU seconds) when enabled
+        self._window_s = 0.0  # wall time between reading the clocks and enabling (or disabling) every event
+        self.process_ns = self.thread_ns = 0  # while enabled: the process's CPU time, its sampled threads' (summed)
+        self.children_s = 0.0
 
     def __enter__(self) -> Sampler:
         nr = _SYSCALL.get(platform.machine())
@@ -212,6 +221,8 @@ class Sampler:
                     raise Unavailable(f"perf_event_open refused ({os.strerror(err)})")
                 buf = mmap.mmap(fd, (1 + _PAGES) * mmap.PAGESIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
                 self.events.append((fd, buf))
+            t0 = time.monotonic()
+            self._before = (_process_cpu_ns(self.pid), self._children_s())
         except (OSError, Unavailable):
             self._close()
             raise
@@ -219,9 +230,9 @@ class Sampler:
             raise Unavailable("the process has no thread left to sample")
         import fcntl
 
-        self.cpu_before = self._cpu()
         for fd, _ in self.events:
             fcntl.ioctl(fd, _IOC_ENABLE, 0)
+        self._window_s = time.monotonic() - t0
         return self
 
     def stop(self) -> None:
@@ -231,13 +242,20 @@ class Sampler:
         if self.stopped:
             return
         self.stopped = True
+        t0 = time.monotonic()
         for fd, _ in self.events:
             try:
                 fcntl.ioctl(fd, _IOC_DISABLE, 0)
             except OSError:
                 pass
-        after = self._cpu()
-        self.cpu_s = tuple(max(0.0, a - b) for a, b in zip(after, self.cpu_before))
+        try:
+            process_ns = _process_cpu_ns(self.pid)
+        except OSError:  # the process is gone: the batch failed, and nothing here is judged
+            process_ns = self._before[0]
+        self._window_s += time.monotonic() - t0
+        self.process_ns = max(0, process_ns - self._before[0])
+        self.children_s = max(0.0, self._children_s() - self._before[1])
+        self.thread_ns = sum(_count(fd) for fd, _ in self.events)
 
     def __exit__(self, *exc) -> None:
         self.stop()
@@ -245,8 +263,8 @@ class Sampler:
         self.maps = _code_maps(self.pid)
         self._close()
 
-    def _cpu(self) -> tuple[float, float, float]:
-        return cpu_seconds(process_tree(self.pid)), cpu_seconds([self.pid]), user_seconds(self.pid)
+    def _children_s(self) -> float:
+        return cpu_seconds([p for p in process_tree(self.pid) if p != self.pid])
 
     def _close(self) -> None:
         for fd, buf in self.events:
@@ -269,13 +287,16 @@ class Sampler:
             seconds[kind] = seconds.get(kind, 0.0) + period
             by_file[name] = by_file.get(name, 0.0) + period
         sampled = len(self.ips) * period
-        tree, own_process, user = self.cpu_s
+        threads = self.thread_ns / 1e9
+        # a listed thread runs at most the windows' wall time between a clock's reading and its event's switch
+        slack = (len(self.events) + 1) * self._window_s
         return Split(
             seconds,
             samples=len(self.ips),
-            unsampled_s=max(0.0, tree - own_process),
-            unseen_s=max(0.0, user - sampled - UNSEEN_TICKS / CLOCK_TICKS),
-            kernel_s=max(0.0, own_process - max(user, sampled)),
+            unsampled_s=self.children_s,
+            unseen_s=max(0.0, self.process_ns / 1e9 - threads - slack),
+            kernel_s=max(0.0, threads - sampled),
+            thread_s=threads,
             top=by_file,
             calls=calls,
         )
@@ -369,6 +390,21 @@ def judge(split: Split, work: Work) -> str | None:
         f"{'own time there' if work.elsewhere_s > 0 else 'whole work'}: the work must be done by the candidate's "
         "kernels"
     )
+
+
+def _process_cpu_ns(pid: int) -> int:
+    """The CPU time of process `pid` (every thread, ended ones included, user and kernel) in nanoseconds: its
+    process CPU clock (clock_getcpuclockid's, CPUCLOCK_SCHED), which the kernel lets any process read."""
+    return time.clock_gettime_ns(((~pid) << 3) | 2)
+
+
+def _count(fd: int) -> int:
+    """A task-clock event's count: the nanoseconds its thread ran while the event was enabled (user and kernel)."""
+    try:
+        data = os.read(fd, 8)
+    except OSError:
+        return 0
+    return struct.unpack("<Q", data)[0] if len(data) == 8 else 0
 
 
 def _samples(buf: mmap.mmap):
