@@ -544,7 +544,7 @@ def test_r3_tasks_n_counts_spots_that_became_tasks_and_none_is_an_error(tmp_path
     model = tmp_path / "model.py"
     model.write_text(OWN_FIRST)
     env = cli_env(tmp_path / "home", None)
-    base = ["hotspots", "--inputs", "x=f32[64,256]", "--device", "cpu", "--iterations", "2"]
+    base = ["hotspots", "--inputs", "x=f32[64,256]", "--device", "cpu", "--iterations", "2", "--modules"]
     done = cudagent([*base[:1], f"{model}:Model", *base[1:], "--tasks", "1", "--out", str(tmp_path / "a")], env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "spot mine" in done.stderr and "defined in your own file" in done.stderr, done.stderr

@@ -44,11 +44,12 @@ def hotspots(
     ),
     dtype: str = dtype_option(),
     regions: bool = typer.Option(
-        False,
-        "--regions",
-        help="Rank fusion regions instead (a GEMM or convolution with its epilogue, a norm with its residual, gated "
-        "products, attention), found in the model's graph (torch.export) and each measured alone; --tasks then "
-        "writes the first N region kinds as tasks.",
+        True,
+        "--regions/--modules",
+        help="Rank fusion regions (a GEMM or convolution with its epilogue, a norm with its residual, gated "
+        "products, attention), found in the model's graph (torch.export) and each measured alone, or its leaf modules "
+        "and the operators each calls. A model that cannot be captured as a graph is ranked by modules (said in one "
+        "line). --tasks writes the first N region kinds (or spots) as tasks.",
     ),
     out: Path = typer.Option(
         None, help="Where hotspots.json, hotspots.md and hotspots.png go (default: hotspots/ in cudagent's home)."
@@ -69,14 +70,17 @@ def hotspots(
     dev = resolve_device(device)
     say(f"building {user.name} on {dev.kind}" + (f" in {dtype}" if dtype else ""))
     model, args, kwargs = user.make(seed=0, device=dev.kind, dtype=dtype)
+    cut_note = None
     if regions:
         say("capturing its graph (torch.export) and timing each fusion region in rounds")
-        _regions(user, model, args, kwargs, dev.kind, top, tasks, out, as_json, dtype)
+        cut_note = _regions(user, model, args, kwargs, dev.kind, top, tasks, out, as_json, dtype)
+        typer.echo(f"cudagent: {cut_note}", err=True)
     say(f"profiling {iterations} calls")
     found = profile_user_model(user, model, args, kwargs, dev.kind, iterations)
     directory = out or Settings.from_env().home / "hotspots" / f"{_stem(user.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
     directory.mkdir(parents=True, exist_ok=True)
-    record = {**found.to_dict(), "inputs": user.inputs.text(dtype), "built": user.source, "notes": user.notes}
+    notes = [*user.notes, *([cut_note] if cut_note else [])]
+    record = {**found.to_dict(), "inputs": user.inputs.text(dtype), "built": user.source, "notes": notes}
     if tasks:
         from cudagent.text import counted
         from cudagent.usermodel.extract import extract_spots
@@ -101,23 +105,22 @@ def hotspots(
 
 def _regions(
     user, model, args, kwargs, device: str, top: int, tasks: int, out: Path | None, as_json: bool, dtype: str | None
-) -> None:
+) -> str:
+    """Rank the fusion regions and exit; where the model cannot be captured as a graph, return the sentence that says
+    so (its modules are ranked instead)."""
     from cudagent.settings import Settings
     from cudagent.usermodel.fusion import region_report, region_tasks
-    from cudagent.usermodel.loading import UserModelError
 
     try:
         report = region_report(model.eval(), tuple(args), kwargs, device, user.name)
     except Exception as exc:  # noqa: BLE001  (torch.export's refusal of this model)
-        raise UserModelError(
-            f"{user.name} could not be captured as a graph (torch.export): {str(exc).splitlines()[0][:300]}; "
-            "run without --regions to rank its modules"
-        ) from None
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        return f"{user.name} could not be captured as a graph (torch.export: {first}); ranking its modules instead"
     stamp = time.strftime("%Y%m%d-%H%M%S")
     directory = out or Settings.from_env().home / "hotspots" / f"{_stem(user.name)}-regions-{stamp}"
     directory.mkdir(parents=True, exist_ok=True)
     tried = region_tasks(report, tasks, directory / "tasks", device) if tasks else []
-    record = {**report.to_dict(), "inputs": user.inputs.text(dtype), "built": user.source}
+    record = {**report.to_dict(), "inputs": user.inputs.text(dtype), "built": user.source, "notes": user.notes}
     (directory / "regions.json").write_text(json.dumps(record, indent=2) + "\n")
     rows = report.table(top)
     (directory / "regions.md").write_text(report.markdown(top))
@@ -128,8 +131,8 @@ def _regions(
 
         title = f"fusion regions of {user.name} on {device} ({report.dtype}, {user.inputs.text(dtype)})"
         print_table(rows, title, optional=("rounds", "operators", "ms/call", "alike", "fusion saves"))
-        if report.note:
-            typer.echo(f"note: {report.note}", err=True)
+        for note in [*user.notes, *([report.note] if report.note else [])]:
+            typer.echo(f"note: {note}", err=True)
         for k in tried:
             said = f"task {k.task}" if k.task else f"no task: {k.reason}"
             typer.echo(f"region {k.first.name} ({100 * k.share:.1f}%): {said}", err=True)

@@ -198,16 +198,24 @@ def _hf_model(directory: Path, inputs: str | None) -> UserModel:
     default = Inputs((), (("input_ids", TensorSpec("int64", (1, min(128, positions)), vocab)),))
     spec = _parse_inputs(inputs) if inputs else default
 
+    caches = bool(getattr(config, "use_cache", False))
+
     def build():
         import torch
 
         if weights:
-            return AutoModel.from_pretrained(directory).eval()
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            return AutoModel.from_config(config).eval()
+            model = AutoModel.from_pretrained(directory)
+        else:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                model = AutoModel.from_config(config)
+        if caches:  # the forward being optimized returns no key/value cache (torch.export refuses one)
+            model.config.use_cache = False
+        return model.eval()
 
     notes = [] if weights else ["no weights in the directory: built from its config with random weights"]
+    if caches:
+        notes.append("its key/value cache is off for the forward being optimized (in memory: config.json is untouched)")
     remedy = (
         f"transformers could not make this model type ({getattr(config, 'model_type', '?')}) from {directory}: "
         "install what the message names (pip install ...), or a transformers version that knows the type"

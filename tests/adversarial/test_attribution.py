@@ -93,7 +93,7 @@ def test_the_rule_weighs_foreign_work_against_the_reference_and_never_the_own_ti
     assert attribution.judge(honest, work) is None
     helper = attribution.Split({"own": 0.10}, samples=400, unsampled_s=0.3, calls=100)  # work in another process
     assert attribution.judge(helper, work) is not None
-    thread = attribution.Split({"own": 0.01}, samples=400, unseen_s=0.3, calls=100)  # a thread born in a batch
+    thread = attribution.Split({"own": 0.01}, samples=400, residual_s=0.3, calls=100)  # a thread born in a batch
     assert attribution.judge(thread, work) is not None
 
 
@@ -106,7 +106,7 @@ def test_the_blas_inside_libtorch_is_told_from_libtorch_by_its_symbols():
         with attribution.Sampler(os.getpid()) as sampler:
             for _ in range(300 if name == "mm" else 3000):
                 step()
-        kinds[name] = sampler.split([], 1).seconds
+        kinds[name] = attribution.split_of(sampler, [], 1).seconds
     assert kinds["mm"].get("blas", 0) > 2 * kinds["mm"].get("torch", 0), kinds
     assert kinds["add"].get("torch", 0) > 2 * kinds["add"].get("blas", 0), kinds
 

@@ -30,7 +30,7 @@ def _spots(record) -> dict:
 @pytest.mark.slow
 def test_written_inputs_rank_the_leaf_modules_and_the_ops_of_each_forward(tmp_path):
     out = tmp_path / "o"
-    done = _run(tmp_path, f"{MODEL}:Stack", "--inputs", "x=f32[8,32,64]", "--json", "--out", str(out))
+    done = _run(tmp_path, f"{MODEL}:Stack", "--inputs", "x=f32[8,32,64]", "--modules", "--json", "--out", str(out))
     record = _json(done)
     assert "profiler_start" not in done.stderr, done.stderr  # kineto's own lines are not the user's to read
     spots = _spots(record)
@@ -57,7 +57,7 @@ def test_get_inputs_in_the_file_and_a_captured_call_give_the_inputs(tmp_path):
         MODEL.read_text() + "\n\nimport torch\n\n\ndef get_inputs():\n    return [torch.randn(2, 8, 48)]\n\n\n"
         "def get_init_inputs():\n    return [48, 1]\n"
     )
-    spots = _spots(_json(_run(tmp_path, f"{with_inputs}:Stack", "--json")))
+    spots = _spots(_json(_run(tmp_path, f"{with_inputs}:Stack", "--modules", "--json")))
     assert spots["blocks.0.fc1"]["shapes"] == ["2x8x48"] and "blocks.1.fc1" not in spots  # depth 1 from init
 
     # --example: the script builds Stack(dim=32, depth=3) and calls it; the call's shapes come back, and with
@@ -86,11 +86,12 @@ def test_a_transformers_model_from_a_config_alone(tmp_path):
     config = GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=500, n_positions=64, bos_token_id=0, eos_token_id=0)
     config.save_pretrained(directory)
     out = tmp_path / "o"
-    args = ["--inputs", "input_ids=i64[2,32]<500", "--tasks", "40", "--out", str(out), "--json"]
+    args = ["--inputs", "input_ids=i64[2,32]<500", "--modules", "--tasks", "40", "--out", str(out), "--json"]
     record = _json(_run(tmp_path, "--hf", str(directory), *args))
     spots = _spots(record)
     assert record["model"] == "hf:gpt2-tiny" and record["notes"] == [
-        "no weights in the directory: built from its config with random weights"
+        "no weights in the directory: built from its config with random weights",
+        "its key/value cache is off for the forward being optimized (in memory: config.json is untouched)",
     ]
     assert spots["h.0.mlp.c_fc"]["kind"] == "Conv1D" and spots["h.0.mlp.c_fc"]["shapes"] == ["2x32x64"]
     assert any(s.startswith("h.1.attn: ") for s in spots)  # the attention's own ops, beside its projections
@@ -99,7 +100,9 @@ def test_a_transformers_model_from_a_config_alone(tmp_path):
     c_fc = next(e for e in tasks.values() if e["task"] and "h.0.mlp.c_fc" in e["modules"])
     assert set(c_fc["modules"]) == {"h.0.mlp.c_fc", "h.1.mlp.c_fc"} and c_fc["kind"] == "Conv1D"
     assert "from transformers.pytorch_utils import Conv1D" in Path(c_fc["task"]).read_text()
-    default = _json(_run(tmp_path, "--hf", str(directory), "--json"))  # no --inputs: ids within vocabulary, positions
+    default = _json(
+        _run(tmp_path, "--hf", str(directory), "--modules", "--json")
+    )  # no --inputs: ids within vocabulary, positions
     assert default["inputs"] == "input_ids=int64[1,64]<500"
 
 
@@ -136,7 +139,18 @@ def test_the_top_spots_become_validated_tasks_with_the_models_weights(tmp_path):
 
     out = tmp_path / "o"
     record = _json(
-        _run(tmp_path, f"{MODEL}:Stack", "--inputs", "x=f32[4,16,64]", "--tasks", "30", "--json", "--out", str(out))
+        _run(
+            tmp_path,
+            f"{MODEL}:Stack",
+            "--inputs",
+            "x=f32[4,16,64]",
+            "--modules",
+            "--tasks",
+            "30",
+            "--json",
+            "--out",
+            str(out),
+        )  # fmt: skip
     )
     extracted = {e["spot"]: e for e in record["tasks"]}
     assert len(extracted) == len(record["spots"])  # every spot: a task or a reason
@@ -179,7 +193,18 @@ def test_alike_modules_that_one_task_serves_count_once_toward_the_top_n(tmp_path
     serves is listed but takes no place of its own, as on a GPT-2 whose hottest spots come in pairs."""
     out = tmp_path / "o"
     record = _json(
-        _run(tmp_path, f"{MODEL}:Stack", "--inputs", "x=f32[4,16,64]", "--tasks", "2", "--json", "--out", str(out))
+        _run(
+            tmp_path,
+            f"{MODEL}:Stack",
+            "--inputs",
+            "x=f32[4,16,64]",
+            "--modules",
+            "--tasks",
+            "2",
+            "--json",
+            "--out",
+            str(out),
+        )  # fmt: skip
     )
     # the tasks made; an operator spot that ranks among them (timing noise on a loaded machine decides that) is listed
     # with its reason and made no task
@@ -200,8 +225,7 @@ def test_regions_in_bf16_rank_fused_work_and_become_tasks(tmp_path):
         "--inputs",
         "x=f32[4,16,64]",
         "--dtype",
-        "bfloat16",
-        "--regions",
+        "bfloat16",  # fusion regions are the default
         "--tasks",
         "2",
         "--json",
@@ -224,20 +248,46 @@ def test_regions_in_bf16_rank_fused_work_and_become_tasks(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_model_torch_export_cannot_capture_is_one_sentence_for_regions(tmp_path):
+def test_a_model_torch_export_cannot_capture_is_ranked_by_modules_with_one_line_saying_so(tmp_path):
     model = tmp_path / "branchy.py"
     model.write_text(
         "import torch.nn as nn\n\n\nclass Branchy(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
         "        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)\n\n    def forward(self, x):\n"
         "        return self.a(x) if x.sum() > 0 else self.b(x)\n"
     )
-    done = _run(tmp_path, f"{model}:Branchy", "--inputs", "x=f32[4,8]", "--regions")
-    assert done.returncode == 2, done.stderr[-2000:]
-    lines = done.stderr.strip().splitlines()  # its phases, then one sentence: the exporter's own account is not shown
-    assert all(line.startswith("cudagent: ") for line in lines), lines
-    line = lines[-1]
-    assert "could not be captured as a graph (torch.export)" in line, line
-    assert "run without --regions" in line
+    done = _run(tmp_path, f"{model}:Branchy", "--inputs", "x=f32[4,8]", "--json", "--out", str(tmp_path / "b"))
+    record = _json(done)
+    said = [line for line in done.stderr.splitlines() if "could not be captured as a graph" in line]
+    assert len(said) == 1 and said[0].startswith("cudagent: ") and "ranking its modules instead" in said[0], said
+    assert "(torch.export: " in said[0] and "Traceback" not in done.stderr  # the exporter's first line, not its story
+    assert said[0].removeprefix("cudagent: ") in record["notes"] and "a" in _spots(record), record
     done = _run(tmp_path, f"{MODEL}:Block", "--inputs", "x=f32[2,64]", "--dtype", "f8")
     assert done.returncode == 2 and "one of float32, bfloat16, float16" in done.stderr, done.stderr[-2000:]
     assert not (tmp_path / "home" / "hotspots").exists()
+
+
+@pytest.mark.slow
+def test_a_llama_config_saved_with_its_defaults_is_captured_and_its_attention_and_norms_become_tasks(tmp_path):
+    """transformers' defaults keep the key/value cache on (use_cache), which torch.export refuses in an output; the
+    forward being optimized runs with it off, in memory, and the saved config is not edited."""
+    from transformers import LlamaConfig
+
+    directory = tmp_path / "llama-tiny"
+    LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        vocab_size=100,
+        max_position_embeddings=64,
+    ).save_pretrained(directory)
+    saved = (directory / "config.json").read_text()
+    assert json.loads(saved)["use_cache"] is True
+    out = tmp_path / "r"
+    args = ["--inputs", "input_ids=i64[1,16]<100", "--tasks", "20", "--json", "--out", str(out)]
+    record = _json(_run(tmp_path, "--hf", str(directory), *args))
+    tasks = {" ".join(k["ops"]): k["task"] for k in record["kinds"] if k["task"]}
+    assert any("scaled_dot_product_attention" in ops for ops in tasks), list(tasks)
+    assert any({"mean", "rsqrt"} <= set(ops.split()) for ops in tasks), list(tasks)
+    assert (directory / "config.json").read_text() == saved
