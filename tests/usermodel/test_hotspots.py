@@ -70,6 +70,7 @@ def test_get_inputs_in_the_file_and_a_captured_call_give_the_inputs(tmp_path):
             str(HERE / "run_model.py"),
             "--init",
             "{'dim': 32, 'depth': 3}",
+            "--modules",
             "--json",
         )
     )
