@@ -11,7 +11,7 @@ import time
 import pytest
 
 import cudagent.evaluator.audit.perf_sampler as perf_sampler
-from cudagent.evaluator.audit.perf_sampler import Sampler, Unavailable
+from cudagent.evaluator.audit.perf_sampler import Sampler, Unavailable, _process_cpu_ns
 
 BUFFER_S = 2.8  # a ring buffer holds about 2.7 s of one thread's samples
 
@@ -22,10 +22,13 @@ def _spinning(code: str):
     return proc
 
 
-def _sample(pid: int, seconds: float) -> Sampler:
+def _sample(pid: int, cpu_seconds: float) -> Sampler:
+    """Sample `pid` until it has used `cpu_seconds` of CPU time (a loaded machine gives it less than the wall's)."""
+    start, deadline = _process_cpu_ns(pid), time.monotonic() + 60
     try:
         with Sampler(pid) as sampler:
-            time.sleep(seconds)
+            while _process_cpu_ns(pid) - start < cpu_seconds * 1e9 and time.monotonic() < deadline:
+                time.sleep(0.05)
             sampler.stop()
     except Unavailable as exc:
         pytest.skip(f"perf_event_open refused here: {exc}")

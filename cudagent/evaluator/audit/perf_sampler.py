@@ -89,7 +89,8 @@ class Sampler:
         # after leaving, in seconds: samples read, samples dropped, the sampled threads' CPU time, the time of threads
         # not sampled, and the sampled threads' time in the kernel
         self.sampled_s = self.lost_s = self.thread_s = self.residual_s = self.kernel_s = 0.0
-        self.threads = 0  # threads sampled
+        self.running = 0  # listed threads found running at the clock's two readings (only those can lag)
+        self._tids: list[int] = []
 
     def __enter__(self) -> Sampler:
         nr = _SYSCALL.get(platform.machine())
@@ -106,7 +107,8 @@ class Sampler:
             flags=_FLAG_DISABLED | _FLAG_EXCLUDE_KERNEL | _FLAG_EXCLUDE_HV,
         )
         try:
-            for tid in sorted(int(t) for t in os.listdir(f"/proc/{self.pid}/task")):
+            self._tids = sorted(int(t) for t in os.listdir(f"/proc/{self.pid}/task"))
+            for tid in self._tids:
                 fd = libc.syscall(ctypes.c_long(nr), ctypes.byref(attr), tid, -1, -1, ctypes.c_ulong(0))
                 if fd < 0:
                     err = ctypes.get_errno()
@@ -115,8 +117,7 @@ class Sampler:
                     raise Unavailable(f"perf_event_open refused ({os.strerror(err)})")
                 buf = mmap.mmap(fd, (1 + _PAGES) * mmap.PAGESIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
                 self.events.append((fd, buf))
-            t0 = time.monotonic()
-            self._before = (_process_cpu_ns(self.pid), self._children_s())
+            children_s = self._children_s()
         except (OSError, Unavailable):
             self._close()
             raise
@@ -124,9 +125,16 @@ class Sampler:
             raise Unavailable("the process has no thread left to sample")
         import fcntl
 
+        t0 = time.monotonic()  # the window: from the process clock's reading to the last event switched on
+        try:
+            self._before = (_process_cpu_ns(self.pid), children_s)
+        except OSError as exc:
+            self._close()
+            raise Unavailable(f"the process's CPU clock cannot be read ({exc})") from None
         for fd, _ in self.events:
             fcntl.ioctl(fd, _IOC_ENABLE, 0)
         self._window_s = time.monotonic() - t0
+        self.running = _running(self.pid, self._tids)
         self._tails = [0] * len(self.events)
         self._sampled = [0] * len(self.events)  # samples read from each ring buffer
         self._full = [False] * len(self.events)  # a ring buffer found with no room left: samples were dropped
@@ -166,6 +174,7 @@ class Sampler:
         except OSError:  # the process is gone: the batch failed, and nothing here is judged
             process_ns = self._before[0]
         self._window_s += time.monotonic() - t0
+        self.running += _running(self.pid, self._tids)
         self.process_ns = max(0, process_ns - self._before[0])
         self.children_s = max(0.0, self._children_s() - self._before[1])
         self._counts = [_count(fd) for fd, _ in self.events]
@@ -194,8 +203,7 @@ class Sampler:
         # a listed thread runs at most the windows' wall time between a clock's reading and its event's switch; what
         # is left may be either sign: the process clock takes a running thread's time in at the scheduler's tick,
         # so it lags by up to a tick at each reading (attribution.Split weighs the sum of many batches' residuals)
-        self.threads = len(self.events)
-        slack = (self.threads + 1) * self._window_s
+        slack = (len(self.events) + 1) * self._window_s
         self.residual_s = self.process_ns / 1e9 - self.thread_s - slack
         self.kernel_s = max(0.0, self.thread_s - self.sampled_s - self.lost_s)
 
@@ -213,6 +221,34 @@ def _process_cpu_ns(pid: int) -> int:
     """The CPU time of process `pid` (every thread, ended ones included, user and kernel) in nanoseconds: its
     process CPU clock (clock_getcpuclockid's, CPUCLOCK_SCHED), which the kernel lets any process read."""
     return time.clock_gettime_ns(((~pid) << 3) | 2)
+
+
+def _running(pid: int, tids: list[int]) -> int:
+    """How many of the threads `tids` of process `pid` are running or runnable now (state R in their stat)."""
+    n = 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                n += f.read().rsplit(b")", 1)[1].split()[0] == b"R"
+        except (OSError, IndexError):
+            continue
+    return n
+
+
+def tick_s() -> float:
+    """The scheduler's tick (1/CONFIG_HZ) from the kernel's own configuration where it is readable, else 10 ms (the
+    longest: HZ=100). The process clock takes a running thread's time in at each tick."""
+    import gzip
+
+    for path, opener in ((f"/boot/config-{os.uname().release}", open), ("/proc/config.gz", gzip.open)):
+        try:
+            with opener(path, "rt") as f:
+                for line in f:
+                    if line.startswith("CONFIG_HZ="):
+                        return 1.0 / int(line.split("=", 1)[1])
+        except (OSError, ValueError):
+            continue
+    return 0.01
 
 
 def _count(fd: int) -> int:
