@@ -885,8 +885,13 @@ def test_sigterm_stops_a_stage_submitted_to_a_ray_cluster(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "", "RAY_AUTH_MODE": "token",
            "RAY_AUTH_TOKEN": secrets.token_hex(32)}  # fmt: skip
     ray = str(Path(sys.executable).with_name("ray"))
+    # every port its own: Ray's fixed defaults (the job agent's 52365 among them) collide with a cluster another test
+    # started beside this one, and a job agent that cannot bind takes no job
+    ports = [f"--{name}={free_port()}" for name in ("dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                                                   "metrics-export-port", "runtime-env-agent-port",
+                                                   "ray-client-server-port")]  # fmt: skip
     head = subprocess.Popen([ray, "start", "--head", "--block", f"--port={port}", f"--dashboard-port={dashboard}",
-                             "--dashboard-host=127.0.0.1", "--include-dashboard=true", "--num-cpus=1",
+                             "--dashboard-host=127.0.0.1", "--include-dashboard=true", "--num-cpus=1", *ports,
                              f"--temp-dir={temp}"], env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     supervisor = None
