@@ -54,7 +54,7 @@ def ranges(path: str, identity: tuple) -> tuple[list[int], list[int], list[tuple
 
 def _cached(path: str, st: os.stat_result):
     """The ranges of the file at `path` from the cache, else read in a process of its own and kept there."""
-    from cudagent.resources import cache_dir
+    from cudagent.resources import PACKAGE_DIR, cache_dir
 
     key = f"{path}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}".encode()
     root = cache_dir() / "bundled_blas"
@@ -69,7 +69,7 @@ def _cached(path: str, st: os.stat_result):
         text=True,
         timeout=120,
         check=True,
-        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
+        cwd=PACKAGE_DIR.parent,  # where `cudagent` imports from, installed or not
     ).stdout
     table = json.loads(out)
     root.mkdir(parents=True, exist_ok=True)
