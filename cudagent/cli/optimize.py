@@ -81,9 +81,10 @@ def optimize(
         rich_help_panel=USER_PANEL,
     ),
     mode: str = typer.Option(
-        "compile",
-        help="How you run your model: compile (torch.compile) or eager. A region's kernel stays only if the model "
-        "is faster with it in this mode.",
+        "auto",
+        help="How you run your model: eager, or a torch.compile mode (default, reduce-overhead, max-autotune; "
+        "compile is default). A region's kernel stays only if the model is faster with it in this mode; auto: the "
+        "mode your model runs fastest in without the kernels (the strongest bar), timed on your device.",
         rich_help_panel=USER_PANEL,
     ),
     dtype: str = dtype_option(USER_PANEL),
@@ -199,8 +200,10 @@ def optimize(
         raise typer.BadParameter("must be positive", param_hint="--top")
     if by not in ("regions", "modules"):
         raise typer.BadParameter("regions or modules", param_hint="--by")
-    if mode not in ("compile", "eager"):
-        raise typer.BadParameter("compile or eager", param_hint="--mode")
+    from cudagent.usermodel.alternatives import ASKED
+
+    if mode not in ASKED:
+        raise typer.BadParameter(", ".join(ASKED), param_hint="--mode")
     overrides = {
         "max_turns": max_turns,
         "max_minutes": max_minutes,

@@ -31,7 +31,7 @@ def put_back(run, request, options, say) -> dict:
     name = spot_name(stem(run.record["model"]))
     suffix = "regions" if run.record.get("by") == "regions" else "kernels"
     package = write_kernels(run.record, spots, run.directory / f"{name}_{suffix}", force=True)
-    say(f"proving {counted(len(spots), 'kernel')} in the model ({request.mode} mode decides what stays)")
+    say(f"proving {counted(len(spots), 'kernel')} in the model ({_deciding(request.mode)} decides what stays)")
     proof = prove_package(package, request, run.record["device"], options.settings.confine, run.directory)
 
     applied = [s for s in spots if s["name"] in proof.get("applied", [])]
@@ -192,3 +192,9 @@ def commit_result(run, request, package: Path | None) -> str | None:
 def stem(name: str) -> str:
     """A model's name as a file or branch name: `block.py:Stack` -> `stack`."""
     return "".join(ch if ch.isalnum() else "-" for ch in name.split(":")[-1]).strip("-").lower() or "model"
+
+
+def _deciding(mode: str) -> str:
+    if mode == "auto":
+        return "the torch.compile mode the model runs fastest in"
+    return "eager mode" if mode == "eager" else f"torch.compile's {'default' if mode == 'compile' else mode} mode"

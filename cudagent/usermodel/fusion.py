@@ -84,7 +84,7 @@ class RegionReport:
     def table(self, top: int = 15) -> list[list[str]]:
         rows = [["#", "region", "operators", "alike", "share", "ms/call", "rounds", "fusion saves"]]
         for i, k in enumerate(self.kinds[:top], 1):
-            ops = " + ".join(o for o in k.first.ops if o not in _QUIET)
+            ops = " + ".join(o for o in k.first.shown_ops() if o not in _QUIET)
             rows.append(
                 [
                     str(i),
@@ -163,7 +163,8 @@ def region_tasks(report: RegionReport, top: int, directory: Path, device: str) -
         gm = region_module(report.program, region)
         where = _SAFE.sub("_", region.modules[0] if region.modules else "model").strip("_").lower()[:40]
         name = f"{stem}_{where}_{region.kind}".replace("-", "_")
-        path = write_task(region, gm, report.values, directory, name, context(report, kind))
+        namespace = name if name[:1].isalpha() else f"k_{name}"  # a C++ and a Python name
+        path = write_task(region, gm, report.values, directory, name, context(report, kind, namespace))
         try:
             validate_task(load_task(path), device)
         except CudagentError as exc:
@@ -176,15 +177,16 @@ def region_tasks(report: RegionReport, top: int, directory: Path, device: str) -
     return done
 
 
-def context(report: RegionReport, kind: Kind) -> str:
-    """What the agent is told of the region: where it comes from, what it holds, where its kernel will run."""
+def context(report: RegionReport, kind: Kind, namespace: str) -> str:
+    """What the agent is told of the region: where it comes from, what it holds, where its kernel will run and how
+    to bind it so that the model's graph calls it with no Python in between (an operator in `namespace`)."""
     region = kind.first
     alike = (
         f" It occurs {len(kind.regions)} times (one kernel serves all, each with its own weights)."
         if len(kind.regions) > 1
         else ""
     )
-    ops = " + ".join(o for o in region.ops if o not in _QUIET)
+    ops = " + ".join(o for o in region.shown_ops() if o not in _QUIET)
     return (
         f"A fusion region of {report.model} ({report.dtype}, {report.device}): {region.name} ({region.anchor}).\n\n"
         f"Operators: {ops}, from the modules {', '.join(region.modules) or '(the model itself)'}.{alike}\n"
@@ -195,5 +197,18 @@ def context(report: RegionReport, kind: Kind) -> str:
         "Your kernel will run inside torch.compile's graph as a custom op (torch.library, with a fake "
         "implementation): inductor fuses the model's other work around it, not into it, so it must beat what "
         "inductor makes of these operators, not eager mode alone. Inputs: the activations it reads "
-        f"({', '.join(region.inputs)}); the model's weights are the Model's parameters."
+        f"({', '.join(region.inputs)}); the model's weights are the Model's parameters.\n"
+        + (
+            f"The task's forward builds a value from its inputs' shapes alone ({len(region.folded)} operators from "
+            "`arange`s: the model's attention mask), the same on every call at these shapes: your kernel may know "
+            "it (a causal mask: skip the blocks it masks) rather than build or read it.\n"
+            if region.folded
+            else ""
+        )
+        + f"Bind the kernel as a C++ operator: `TORCH_LIBRARY({namespace}, m)` defining its schema, "
+        f"`TORCH_LIBRARY_IMPL({namespace}, CUDA, m)` (CPU on the CPU) with the kernel's launcher and "
+        f"`TORCH_LIBRARY_IMPL({namespace}, Meta, m)` returning empty outputs of the right shapes, and call it from "
+        f"ModelNew.forward as `torch.ops.{namespace}.<name>(...)`: the model's graph then calls your operator "
+        "itself (no Python per call, CUDA graphs can capture it). A pybind11 function works too, but runs behind "
+        "a Python call on every call of the model."
     )

@@ -50,7 +50,7 @@ class ModelRequest:
     top: int = 3
     keep_slower: bool = False
     by: str = "regions"  # regions (fusion regions of the model's graph) or modules (leaf modules)
-    mode: str = "compile"  # the mode the user runs the model in: a region is kept only if it helps there
+    mode: str = "auto"  # the mode the user runs the model in (alternatives.py): a region is kept only if it helps there
     dtype: str | None = None  # run the model in bfloat16 or float16 (its weights and floating inputs)
 
     def load(self):

@@ -15,9 +15,10 @@ are a model's code. It builds the user's model as `optimize` did (the same seed)
 
 A package of region kernels (region_package.py: `patch(model, *inputs)` returns the model's graph calling them as
 custom ops) is proved the same way, and each kind is also timed alone in the mode the user runs the model in
-(`mode`: eager, or compiled with torch.compile): it stays only if the model is faster with it there
-(region_proof.select; `keep_slower` keeps every correct one). The patched graph's graph breaks under torch.compile
-are counted.
+(`mode`: eager, or a torch.compile mode; `auto`, the mode the original runs fastest in): it stays only if the
+model is faster with it there (region_proof.select; `keep_slower` keeps every correct one). The patched graph's
+graph breaks under torch.compile are counted. Beside the four variants, the timing holds what else a user could
+pick (alternatives.py): the original in every torch.compile mode, and Liger Kernel's patch where it applies.
 """
 
 from __future__ import annotations
@@ -85,23 +86,32 @@ def prove(request: dict) -> dict:
     if not result["correct"] or not request.get("timing", True):
         return result
     args, kwargs = user.make_inputs(SEEDS[0], device, dtype)
-    result["timing"] = _time(original, patched, args, kwargs, device, request.get("rounds", 3))
+    mode = _resolve_mode(request, original, args, kwargs, device, result)
+    result["timing"] = _time(original, patched, args, kwargs, device, request.get("rounds", 3), mode)
     return result
 
 
 def prove_regions(request: dict, user, kernels, device: str) -> dict:
     import torch
 
+    from cudagent.usermodel.alternatives import prepared
     from cudagent.usermodel.region_proof import select
 
-    dtype, mode = request.get("dtype"), request.get("mode", "compile")
-    variant = "compiled" if mode == "compile" else "eager"
+    dtype = request.get("dtype")
     original, args, kwargs = user.make(seed=SEEDS[0], device=device, dtype=dtype)
     wide = _float32(original, dtype)
-    result: dict = {"confinement": request.get("confinement"), "device": device, "mode": mode, "spots": {}}
+    result: dict = {"confinement": request.get("confinement"), "device": device, "spots": {}}
+    torch._dynamo.reset()
+    ready: dict = {}  # mode -> the original as prepared for it (compiled once)
+    mode = _resolve_mode(request, original, args, kwargs, device, result, ready)
+    variant = "eager" if mode == "eager" else "compiled"
+
+    bound: dict = {}  # kind -> how its kernel is called (putback.bind)
 
     def patched(names):
-        return kernels.patch(original, *args, kinds=names, **kwargs)
+        module = kernels.patch(original, *args, kinds=names, **kwargs)
+        bound.update(getattr(module, "bound", {}))
+        return module
 
     def check(module):
         outcome = _verify(original, module, user, device, dtype, wide)
@@ -110,21 +120,20 @@ def prove_regions(request: dict, user, kernels, device: str) -> dict:
     def clock(ready):
         return _clock(ready, args, kwargs, device)
 
-    torch._dynamo.reset()
     names = [k["name"] for k in kernels.KINDS]
     kept, dropped, alone = select(
         names,
         patched,
         check,
-        lambda module: _in_mode(module, mode, args, kwargs),
+        lambda module: prepared(module, mode, args, kwargs),
         clock,
-        _in_mode(original, mode, args, kwargs),
+        ready[mode] if mode in ready else prepared(original, mode, args, kwargs),
         variant,
         keep_slower=request.get("keep_slower", False),
     )
     for name in names:
         correct = name in alone  # timed alone only once its outputs were right
-        result["spots"][name] = {"correct": correct, "kept": name in kept}
+        result["spots"][name] = {"correct": correct, "kept": name in kept, "bound": bound.get(name)}
         if name in dropped:
             result["spots"][name]["why"] = dropped[name]
         if name in alone:
@@ -133,7 +142,7 @@ def prove_regions(request: dict, user, kernels, device: str) -> dict:
     if not kept:
         result["correct"] = False
         result["why"] = "no kind of region both kept the model's outputs and made it faster " + (
-            "compiled" if mode == "compile" else "eager"
+            "eager" if mode == "eager" else f"compiled ({mode} mode)"
         )
         return result
     final = patched(kept)
@@ -146,20 +155,30 @@ def prove_regions(request: dict, user, kernels, device: str) -> dict:
         explained = torch._dynamo.explain(final)(*args, **kwargs)
     torch._dynamo.reset()
     result["graph_breaks"], result["graphs"] = explained.graph_break_count, explained.graph_count
-    result["timing"] = _time(original, final, args, kwargs, device, request.get("rounds", 3))
+    result["timing"] = _time(original, final, args, kwargs, device, request.get("rounds", 3), mode)
     return result
 
 
-def _in_mode(module, mode: str, args, kwargs):
-    """`module` as the user runs it: itself, or torch.compile of it, compiled (one call) before it is timed."""
-    import torch
+def _resolve_mode(request: dict, original, args, kwargs, device: str, result: dict, ready=None) -> str:
+    """The mode the kernels are held to: the one asked, or (auto) the torch.compile mode the original model runs
+    fastest in here (alternatives.py), each mode's time kept in the result (and each prepared original in `ready`)."""
+    from cudagent.usermodel.alternatives import compile_modes, normalize, prepared
 
-    if mode != "compile":
-        return module
-    fn = torch.compile(module)
-    with torch.no_grad():
-        fn(*args, **kwargs)  # compiled before it is timed
-    return fn
+    asked = normalize(request.get("mode", "auto"))
+    result["mode_asked"] = asked
+    if asked != "auto":
+        result["mode"] = asked
+        return asked
+    modes = compile_modes(device)
+    if len(modes) > 1:
+        ready = {} if ready is None else ready
+        for m in modes:
+            ready[m] = prepared(original, m, args, kwargs)
+        result["modes_ms"] = {m: _clock(ready[m], args, kwargs, device) for m in modes}
+        result["mode"] = min(result["modes_ms"], key=result["modes_ms"].get)
+    else:
+        result["mode"] = modes[0]
+    return result["mode"]
 
 
 def _clock(fn, args, kwargs, device: str) -> float:
@@ -279,21 +298,32 @@ def comparable(output, _seen: frozenset = frozenset()):
     return {"<type>": type(output).__qualname__, **items}
 
 
-def _time(original, patched, args, kwargs, device: str, rounds: int) -> dict:
+def _time(original, patched, args, kwargs, device: str, rounds: int, mode: str = "default") -> dict:
+    """The original and the patched model, eager and compiled (the patched one in `mode`), beside what else the user
+    could run (the original compiled in each torch.compile mode, Liger Kernel's patch where it applies), each timed
+    by the evaluator's loop in `rounds` interleaved rounds. A target that cannot be built is named in `errors`."""
     import torch
 
     from cudagent.evaluator.timing.measure import measure
+    from cudagent.usermodel.alternatives import compile_modes, key, liger, prepared
 
     dev = torch.device(device)
+    compiled_in = "default" if mode == "eager" else mode
+    makers = {key(m): (lambda m=m: prepared(original, m, args, kwargs)) for m in compile_modes(device)}
+    makers["patched_compile"] = lambda: prepared(patched, compiled_in, args, kwargs)
     targets = {"eager": original, "patched": patched}
-    compiled = {}
-    errors = {}
-    for name, model in (("compile", original), ("patched_compile", patched)):
+    errors, skipped = {}, {}
+    variant, why = liger(original)
+    if variant is None:
+        skipped["liger"] = why
+    else:
+        targets["liger"] = variant
+        makers["liger_compile"] = lambda: variant.compiled(args, kwargs)
+    for name, make in makers.items():
         try:
-            compiled[name] = _in_mode(model, "compile", args, kwargs)
+            targets[name] = make()
         except Exception as exc:  # noqa: BLE001  (recorded: that target is not timed)
             errors[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-    targets.update(compiled)
     plan = _plan()
     per_round: dict[str, list[float]] = {name: [] for name in targets}
     for _ in range(rounds):  # interleaved, so drift hits every target alike
@@ -302,12 +332,17 @@ def _time(original, patched, args, kwargs, device: str, rounds: int) -> dict:
             per_round[name].append(statistics.median(samples["ms"]))
     ms = {name: statistics.median(v) for name, v in per_round.items()}
     spread = {name: [min(v), max(v)] for name, v in per_round.items()}
-    out = {"ms": ms, "round_spread_ms": spread, "rounds": rounds, "errors": errors}
+    out = {"ms": ms, "round_spread_ms": spread, "rounds": rounds, "errors": errors, "not_timed": skipped}
+    out["patched_compile_mode"] = compiled_in
     if "eager" in ms and "patched" in ms:
         out["speedup_vs_eager"] = ms["eager"] / ms["patched"]
+    best_patched = min(v for k, v in ms.items() if k.startswith("patched"))
     if "compile" in ms:
-        best_patched = min(v for k, v in ms.items() if k.startswith("patched"))
         out["speedup_vs_compile"] = ms["compile"] / best_patched
+    others = {k: v for k, v in ms.items() if not k.startswith("patched")}
+    if others:
+        out["best_alternative"] = min(others, key=others.get)
+        out["speedup_vs_best_alternative"] = others[out["best_alternative"]] / best_patched
     return out
 
 

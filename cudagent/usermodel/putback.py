@@ -4,13 +4,19 @@ rewritten to call it. This module imports nothing but torch: an exported region 
 
     program = capture(model, args, kwargs)               torch.export (non-strict): the graph the regions name
     op = register(region, program, impl=None)            cudagent_regions::<kind>(inputs..., weights...) -> outs
-    patched = rewrite(program, {key: (region, op), ...})  the model's graph calling the ops (an nn.Module)
-    impl = kernel_call(model_new, region)                a region task's solution as the op's implementation
+    binding = bind(region, program, model_new)           a region task's solution as what the graph calls
+    patched = rewrite(program, {key: (region, op or binding.target), ...})  the model's graph calling them
 
 A module swapped for a Python object hides its inside from torch.compile (a graph break, or an opaque call that
 inductor cannot fuse around). A custom op with a fake implementation is an ordinary node to dynamo and inductor:
 `torch.compile(patched)` traces it without a graph break, and fuses the model's other work around it as before.
 One op serves every alike region (the same `kind`: operators and shapes), each call with its own weights.
+
+`bind` puts a kernel back in one of two ways. A solution whose forward calls its kernel as a C++ operator
+(TORCH_LIBRARY, with a CUDA or CPU implementation and a Meta one) is traced on fake tensors into the operators it
+calls (`traced`): the model's graph calls the C++ operator itself, so no Python runs per call and CUDA graphs can
+capture it. Any other solution (a pybind11 function, which cannot take fake tensors) becomes the implementation of
+the region's op, a Python function (`kernel_call`) that runs on every call; the binding says which, and why.
 
 A region is anything with `name`, `kind`, `nodes`, `inputs`, `weights` and `outputs` (node names of the exported
 graph, the weights as state_dict keys): cudagent's `Region`, or the dicts an exported package stores (`spec`).
@@ -18,7 +24,9 @@ graph, the weights as state_dict keys): cudagent's `Region`, or the dicts an exp
 
 from __future__ import annotations
 
+import operator
 import re
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 NAMESPACE = "cudagent_regions"
@@ -173,6 +181,62 @@ def register(region, program, impl=None):
     return getattr(getattr(torch.ops, NAMESPACE), name).default
 
 
+@dataclass
+class Binding:
+    """How a region's kernel is put back: `target` is what the graph calls (the traced solution, a GraphModule
+    taking the region's inputs then its weights; or the region's op), `how` says which ("C++ operator" or
+    "Python: <why the solution could not be traced>")."""
+
+    target: object
+    how: str
+
+    @property
+    def native(self) -> bool:
+        return not self.how.startswith("Python")
+
+
+def bind(region, program, model_new) -> Binding:
+    """The region's kernel (its task's solution, a ModelNew) as the model's graph will call it."""
+    graph, why = traced(model_new, region, program)
+    if graph is not None:
+        return Binding(graph, "C++ operator")
+    return Binding(register(region, program, impl=kernel_call(model_new, region)), f"Python: {why}")
+
+
+def traced(model_new, region, program):
+    """(the solution's forward traced on fake tensors into the operators it calls, None) where every call it makes
+    is an operator and one at least is its own (not aten's or prims'); else (None, why not)."""
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    nodes = {n.name: n for n in program.graph.nodes}
+    examples = []
+    for name in region.inputs:
+        value = nodes[name].meta.get("val")
+        if not isinstance(value, torch.Tensor):
+            return None, f"input {name} is not a tensor"
+        examples.append(torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device))
+    examples += list(weights_of(program, region).values())
+    try:
+        with torch.no_grad():
+            gm = make_fx(kernel_call(model_new, region), tracing_mode="fake")(*examples)
+    except Exception as exc:  # noqa: BLE001  (any failure to trace: the Python binding serves instead)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return None, f"its forward cannot be traced on fake tensors ({type(exc).__name__}: {first[:200]})"
+    own = []
+    for node in gm.graph.nodes:
+        if node.op in ("call_module", "call_method"):
+            return None, f"its traced forward calls {node.target}, not an operator"
+        if node.op == "call_function":
+            if not isinstance(node.target, torch._ops.OpOverload) and node.target is not operator.getitem:
+                return None, f"its traced forward calls {node.target}, not an operator"
+            if isinstance(node.target, torch._ops.OpOverload) and node.target.namespace not in ("aten", "prims"):
+                own.append(node.target)
+    if not own:
+        return None, "its forward calls no operator of its own (bind the kernel with TORCH_LIBRARY)"
+    return gm, None
+
+
 def kernel_call(model_new, region):
     """A region task's solution (its ModelNew, whose parameters and buffers are named as the task's Model's:
     attribute_name of each weight) as the op's implementation: each call runs ModelNew.forward on the call's
@@ -236,9 +300,9 @@ def _lean(gm):
 
 def rewrite(program, ops: dict):
     """The model's graph as a module (ExportedProgram.module(): its weights attributes again, called as the model
-    is) with each region in `ops` (key -> (region, op)) replaced by one call of its op."""
-    import operator
-
+    is) with each region in `ops` (key -> (region, target)) replaced by one call of its op, or, where the target is a
+    graph (a traced solution, `bind`), by that graph's operators."""
+    import torch.fx
     from torch.fx.passes.tools_common import legalize_graph
 
     gm = _lean(program.module())
@@ -258,12 +322,17 @@ def rewrite(program, ops: dict):
                 if key not in getattrs:
                     getattrs[key] = graph.get_attr(key)
                 weights.append(getattrs[key])
-        with graph.inserting_after(weights[-1] if weights else last):
-            call = graph.call_function(op, tuple(nodes[i] for i in region.inputs) + tuple(weights))
+        operands = tuple(nodes[i] for i in region.inputs) + tuple(weights)
         outs = [nodes[o] for o in region.outputs]
-        if len(outs) == 1:
-            replacements = [call]
+        if isinstance(op, torch.fx.GraphModule):
+            with graph.inserting_after(weights[-1] if weights else last):
+                replacements = _inline(graph, op, operands, len(outs))
+        elif len(outs) == 1:
+            with graph.inserting_after(weights[-1] if weights else last):
+                replacements = [graph.call_function(op, operands)]
         else:
+            with graph.inserting_after(weights[-1] if weights else last):
+                call = graph.call_function(op, operands)
             replacements = []
             anchor = call
             for i in range(len(outs)):
@@ -276,8 +345,28 @@ def rewrite(program, ops: dict):
             old.replace_all_uses_with(new, delete_user_cb=outside)
             nodes[old.name] = new  # a later region that reads this output reads the op's
         for node in reversed(members):
-            graph.erase_node(node)
+            if not node.users:  # a folded shape-only node another region still reads stays for it
+                graph.erase_node(node)
     legalize_graph(gm)  # an output's user may sit between the region's first and last operator: order again
     gm.graph.lint()
     gm.recompile()
     return gm
+
+
+def _inline(graph, traced_gm, operands: tuple, count: int) -> list:
+    """`traced_gm`'s operators copied into `graph` at the insertion point, its placeholders read as `operands`;
+    its `count` outputs."""
+    env: dict = {}
+    placeholders = iter(operands)
+    result = None
+    for node in traced_gm.graph.nodes:
+        if node.op == "placeholder":
+            env[node] = next(placeholders)
+        elif node.op == "output":
+            result = node.args[0]
+        else:
+            env[node] = graph.node_copy(node, lambda n: env[n])
+    outs = list(result) if isinstance(result, (tuple, list)) else [result]
+    if len(outs) != count:
+        raise ValueError(f"the kernel returns {len(outs)} tensors where the region makes {count}")
+    return [env[o] for o in outs]

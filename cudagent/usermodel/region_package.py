@@ -30,7 +30,9 @@ INIT = '''"""The region kernels cudagent wrote for {model} ({origin}).
     fast = torch.compile(fast)                          # the kernels are custom ops: no graph break
 
 `patch` captures the model's graph (torch.export) at the example inputs (their shapes: {inputs}) and returns it
-with each fusion region replaced by its kernel; the model's own weights are used, not copied. Each kind's kernels
+with each fusion region replaced by its kernel; the model's own weights are used, not copied. A kernel bound as a
+C++ operator (TORCH_LIBRARY) is called by the graph directly (no Python per call; CUDA graphs can take it), any
+other through a Python custom op; `fast.bound` says which, kind by kind. Each kind's kernels
 are built on first use (CUDA sources where a GPU is visible, C++ otherwise) and cached in kinds/<name>/_build/.
 KINDS lists what goes where (kinds.json).
 """
@@ -53,7 +55,7 @@ def patch(model, *args, kinds=None, **kwargs):
     program = _putback.capture(model, args, kwargs)
     first = next((t for t in list(args) + list(kwargs.values()) if isinstance(t, torch.Tensor)), None)
     device = first.device if first is not None else next(model.parameters()).device
-    ops = {{}}
+    ops, bound = {{}}, {{}}
     for entry in KINDS:
         if kinds is not None and entry["name"] not in kinds:
             continue
@@ -67,10 +69,13 @@ def patch(model, *args, kinds=None, **kwargs):
                 )
         kernel = importlib.import_module(f"{{__name__}}.kinds.{{entry['name']}}").ModelNew()
         kernel.to(device=device).eval()
-        op = _putback.register(regions[0], program, impl=_putback.kernel_call(kernel, regions[0]))
+        binding = _putback.bind(regions[0], program, kernel)
+        bound[entry["name"]] = binding.how
         for region in regions:
-            ops[region.name + "|" + region.nodes[0]] = (region, op)
-    return _putback.rewrite(program, ops)
+            ops[region.name + "|" + region.nodes[0]] = (region, binding.target)
+    patched = _putback.rewrite(program, ops)
+    patched.bound = bound  # kind -> "C++ operator", or "Python: <why its kernel could not be traced>"
+    return patched
 '''
 
 

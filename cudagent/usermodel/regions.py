@@ -12,7 +12,10 @@ Python runs, with the shapes and dtypes of the example inputs) is grouped around
 - a normalization takes the residual add that feeds it (a region with two outputs: the sum and the normed value);
 - an elementwise operator whose inputs are all the regions' sole outputs joins them (SwiGLU's `silu(gate) * up`
   makes the two projections and their product one region);
-- attention (`scaled_dot_product_attention`, or softmax between two batched products) with the scale and mask;
+- attention (`scaled_dot_product_attention`, or softmax between two batched products) with the scale and mask,
+  and the mask's construction where it depends on shapes alone (a causal mask built from `arange`s, as a traced
+  transformers model materializes it): folded into every attention region that reads it (`folded`), so that the
+  region's task computes it from its inputs' shapes and its kernel may know the mask is causal instead of reading it;
 - what elementwise work is left, connected, is a region of its own.
 
 Views and reshapes go with what they view. A region that a path would leave and re-enter is not offered (one call
@@ -73,9 +76,14 @@ class Region:
     ms: float | None = None  # measured: one call of the region alone, on the model's device (median of rounds)
     spread: tuple[float, float] | None = None  # its rounds' fastest and slowest (region_timing.py)
     share: float | None = None  # of the regions' time together
+    folded: list[str] = field(default_factory=list)  # its nodes computed from shapes alone (an attention mask)
+
+    def shown_ops(self) -> list[str]:
+        """Its operators but the folded shape-only ones (what a person reading the table needs)."""
+        return [o for o, n in zip(self.ops, self.nodes, strict=True) if n not in self.folded]
 
     def describe(self) -> str:
-        return f"{self.name}: {' + '.join(_short_op(o) for o in self.ops)}"
+        return f"{self.name}: {' + '.join(_short_op(o) for o in self.shown_ops())}"
 
 
 def _short_op(target: str) -> str:
@@ -255,6 +263,8 @@ def group(program) -> list[Region]:
         if node in region_of:
             members.setdefault(find(region_of[node]), []).append(node)
     regions = []
+    shape_only = _shape_only(nodes)
+    order = {n: i for i, n in enumerate(nodes)}
     for rid, group_nodes in members.items():
         if all(op_name(n) in VIEWS for n in group_nodes):
             continue
@@ -262,8 +272,46 @@ def group(program) -> list[Region]:
             # a path leaves it and comes back (two GEMMs joined by their product while one is fed through a norm):
             # one call could not stand for it, and it is not offered
             continue
-        regions.append(_describe(rid, anchor_kind[find(rid)], group_nodes, params))
+        folded = []  # computed again inside the region: the graph keeps them for their other readers
+        if anchor_kind[find(rid)] == "attention":
+            folded = _shape_only_inputs(group_nodes, shape_only)
+            group_nodes = sorted(folded + group_nodes, key=order.get)
+        region = _describe(rid, anchor_kind[find(rid)], group_nodes, params, set(folded))
+        region.folded = [n.name for n in folded]
+        regions.append(region)
     return regions
+
+
+# operators whose value is not set by their arguments: never folded as "computed from shapes alone"
+UNSEEDED = set(
+    "rand randn randint rand_like randn_like randint_like randperm bernoulli normal uniform multinomial dropout "
+    "native_dropout empty empty_like empty_strided new_empty".split()
+)
+
+
+def _shape_only(nodes: list) -> set:
+    """The operators computed from literals alone (no input, weight or buffer reaches them): an `arange` and what is
+    made of it. With shapes fixed by export, their values are the same on every call."""
+    found = set()
+    for node in nodes:
+        if op_name(node) in UNSEEDED:
+            continue
+        if all(value in found for value in node.all_input_nodes):
+            found.add(node)
+    return found
+
+
+def _shape_only_inputs(members: list, shape_only: set) -> list:
+    """The shape-only operators that `members` read, with everything they are made of."""
+    inside = set(members)
+    found, stack = set(), [v for n in members for v in n.all_input_nodes if v in shape_only and v not in inside]
+    while stack:
+        node = stack.pop()
+        if node in found:
+            continue
+        found.add(node)
+        stack.extend(node.all_input_nodes)
+    return list(found)
 
 
 def _convex(members: list) -> bool:
@@ -293,7 +341,9 @@ def _anchor(name: str | None) -> str | None:
     return None
 
 
-def _describe(rid: int, anchor: str, members: list, params: dict) -> Region:
+def _describe(rid: int, anchor: str, members: list, params: dict, recomputed: set = frozenset()) -> Region:
+    """`recomputed`: members the region computes for itself and the graph keeps for its other readers (never an
+    output of the region)."""
     inside = set(members)
     inputs, weights, outputs = [], [], []
     shapes, dtypes = {}, {}
@@ -309,6 +359,8 @@ def _describe(rid: int, anchor: str, members: list, params: dict) -> Region:
                 inputs.append(value.name)
                 _note(value, shapes, dtypes)
         users_outside = [u for u in node.users if u not in inside]
+        if node in recomputed:
+            continue
         if users_outside or not node.users:
             outputs.append(node.name)
             _note(node, shapes, dtypes)

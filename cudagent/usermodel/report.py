@@ -86,18 +86,24 @@ def markdown(record: dict, proof: dict) -> str:
             lines += [
                 f"Its kernels are custom ops in the model's graph: torch.compile traced it in "
                 f"{counted(proof['graphs'], 'graph')} with {counted(proof['graph_breaks'], 'graph break')}; a kind was "
-                f"kept only if the model was faster with it in {proof.get('mode')} mode."
+                f"kept only if the model was faster with it in {proof.get('mode')} mode"
+                + (" (the mode it ran fastest in, of those timed)." if proof.get("mode_asked") == "auto" else ".")
             ]
         lines.append("")
         timing = proof.get("timing") or {}
         ms = timing.get("ms", {})
         spread = timing.get("round_spread_ms", {})
         lines += ["| model | ms per call | rounds (min-max) |", "| --- | --- | --- |"]
+        patched_mode = timing.get("patched_compile_mode", "default")
         labels = {
             "eager": "original, eager",
             "patched": "patched, eager",
             "compile": "original, torch.compile",
-            "patched_compile": "patched, torch.compile",
+            "compile_reduce_overhead": "original, torch.compile reduce-overhead",
+            "compile_max_autotune": "original, torch.compile max-autotune",
+            "liger": "original with Liger Kernel, eager",
+            "liger_compile": "original with Liger Kernel, torch.compile",
+            "patched_compile": "patched, torch.compile" + ("" if patched_mode == "default" else f" {patched_mode}"),
         }
         for key, label in labels.items():
             if key in ms:
@@ -105,8 +111,19 @@ def markdown(record: dict, proof: dict) -> str:
                 lines.append(f"| {label} | {ms[key]:.4f} | {lo:.4f}-{hi:.4f} |")
             elif key in timing.get("errors", {}):
                 lines.append(f"| {label} | failed: {timing['errors'][key]} | |")
+        for key, why in (timing.get("not_timed") or {}).items():
+            lines.append(f"| {labels.get(key, key)} | not timed: {why} | |")
+        best = timing.get("best_alternative")
         lines += [
             "",
+            *(
+                [
+                    f"Against the fastest thing a user could run instead ({labels.get(best, best)}): "
+                    f"**{_x(timing.get('speedup_vs_best_alternative'))}**."
+                ]
+                if best
+                else []
+            ),
             f"End to end over eager: **{_x(timing.get('speedup_vs_eager'))} measured**, "
             f"{_x(proof.get('predicted_speedup_vs_eager'))} predicted by Amdahl's law from the spots' shares of one "
             f"call and their own speedups{_within(ms, spread, 'eager', ('patched',))}; over torch.compile: "

@@ -6,7 +6,9 @@ region task (the task's forward: the region's aten calls; its weights file: the 
 - a gated MLP's gate and up projections with SwiGLU's product (`silu(x @ Wg^T) * (x @ Wu^T)`): both GEMMs by
   cuBLASLt, then one kernel for the SiLU and the product (what inductor makes of it too: the floor, not a win).
 
-Any other region: the policy finishes without a kernel. model_new.py imports torch only.
+Each bound as a C++ operator (TORCH_LIBRARY, CUDA and Meta implementations) in the namespace the task names, which
+ModelNew calls: the put-back traces it into the model's graph. Any other region: the policy finishes without a
+kernel. model_new.py imports torch only.
 """
 
 from __future__ import annotations
@@ -142,13 +144,11 @@ extern "C" cudaError_t silu_mul_launch(void* out, const void* gate, const void* 
 """
 
 BINDING_CPP = r"""#include <torch/types.h>
-#include <torch/csrc/utils/pybind.h>
+#include <torch/library.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cublasLt.h>
 #include <cuda_runtime.h>
-
-#include "../binding_registry.h"
 
 extern "C" cublasStatus_t lt_gemm_bf16(cublasLtHandle_t lt, cudaStream_t stream, int m, int n, int k, const void* x,
                                        const void* w, int w_nk, const void* bias, int epilogue, void* y, void* ws,
@@ -176,21 +176,25 @@ static void gemm(const torch::Tensor& x, const torch::Tensor& w, bool w_nk, cons
     TORCH_CHECK(st == CUBLAS_STATUS_SUCCESS, "cuBLASLt matmul failed with status ", (int)st);
 }
 
+static std::vector<int64_t> with_last(const torch::Tensor& x, int64_t n) {
+    auto sizes = x.sizes().vec();
+    sizes.back() = n;
+    return sizes;
+}
+
 // GPT-2's MLP up-projection: Conv1D (W[K,N]) + bias + tanh GELU, one cuBLASLt call
-static torch::Tensor conv1d_gelu(torch::Tensor x, torch::Tensor w, torch::Tensor b) {
+static torch::Tensor conv1d_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
     expect(x), expect(w), expect(b);
     const c10::cuda::CUDAGuard guard(x.device());
     const int64_t k = x.size(-1), m = x.numel() / k, n = w.size(1);
     TORCH_CHECK(w.size(0) == k && b.numel() == n, "weight and bias do not match");
-    auto sizes = x.sizes().vec();
-    sizes.back() = n;
-    auto y = torch::empty(sizes, x.options());
+    auto y = torch::empty(with_last(x, n), x.options());
     gemm(x, w, false, &b, 1, y, m, n, k);
     return y;
 }
 
 // a gated MLP's silu(x Wg^T) * (x Wu^T): the two GEMMs, then one kernel for the SiLU and the product
-static torch::Tensor swiglu(torch::Tensor x, torch::Tensor wg, torch::Tensor wu) {
+static torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& wg, const torch::Tensor& wu) {
     expect(x), expect(wg), expect(wu);
     const c10::cuda::CUDAGuard guard(x.device());
     const int64_t k = x.size(-1), m = x.numel() / k, n = wg.size(0);
@@ -198,27 +202,42 @@ static torch::Tensor swiglu(torch::Tensor x, torch::Tensor wg, torch::Tensor wu)
     auto gate = torch::empty({m, n}, x.options()), up = torch::empty({m, n}, x.options());
     gemm(x, wg, true, nullptr, 0, gate, m, n, k);
     gemm(x, wu, true, nullptr, 0, up, m, n, k);
-    auto sizes = x.sizes().vec();
-    sizes.back() = n;
-    auto out = torch::empty(sizes, x.options());
+    auto out = torch::empty(with_last(x, n), x.options());
     const cudaError_t err = silu_mul_launch(out.data_ptr(), gate.data_ptr(), up.data_ptr(), m * n,
                                             c10::cuda::getCurrentCUDAStream().stream());
     TORCH_CHECK(err == cudaSuccess, "silu_mul kernel: ", cudaGetErrorString(err));
     return out;
 }
 
-static void register_region(pybind11::module& m) {
-    m.def("conv1d_gelu", &conv1d_gelu);
-    m.def("swiglu", &swiglu);
+// shapes alone, for tracing (torch.compile, the put-back)
+static torch::Tensor conv1d_gelu_meta(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+    return torch::empty(with_last(x, w.size(1)), x.options());
 }
 
-REGISTER_BINDING(region, register_region);
+static torch::Tensor swiglu_meta(const torch::Tensor& x, const torch::Tensor& wg, const torch::Tensor& wu) {
+    return torch::empty(with_last(x, wg.size(0)), x.options());
+}
+
+TORCH_LIBRARY(NAMESPACE, m) {
+    m.def("conv1d_gelu(Tensor x, Tensor w, Tensor b) -> Tensor");
+    m.def("swiglu(Tensor x, Tensor wg, Tensor wu) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(NAMESPACE, CUDA, m) {
+    m.impl("conv1d_gelu", &conv1d_gelu);
+    m.impl("swiglu", &swiglu);
+}
+
+TORCH_LIBRARY_IMPL(NAMESPACE, Meta, m) {
+    m.impl("conv1d_gelu", &conv1d_gelu_meta);
+    m.impl("swiglu", &swiglu_meta);
+}
 """
 
 MODEL_NEW = """import torch
 import torch.nn as nn
 
-import cuda_extension
+import cuda_extension  # noqa: F401  (loading it registers the operators)
 
 
 class ModelNew(nn.Module):
@@ -227,7 +246,7 @@ class ModelNew(nn.Module):
 {params}
 
     def forward(self, x):
-        return cuda_extension.{call}
+        return torch.ops.{namespace}.{call}
 """
 
 
@@ -259,7 +278,12 @@ def model_new(task: str) -> str | None:
         return None
     if calls[-1] == "view":  # the region ends in a view of its result: the kernel's output, viewed alike
         call += f".view({views[-1]})"
-    return MODEL_NEW.format(params=params, call=call)
+    return MODEL_NEW.format(params=params, call=call, namespace=namespace(task))
+
+
+def namespace(task: str) -> str:
+    """The operator namespace the region task names for its kernel."""
+    return re.search(r"TORCH_LIBRARY\((\w+), m\)", task).group(1)
 
 
 def solve(step: int, messages: list[dict]):
@@ -272,7 +296,13 @@ def solve(step: int, messages: list[dict]):
     steps = [
         {"tool": "write_file", "arguments": {"path": "kernels/region_lt.cpp", "content": LT_CPP}},
         {"tool": "write_file", "arguments": {"path": "kernels/region.cu", "content": SWIGLU_CU}},
-        {"tool": "write_file", "arguments": {"path": "kernels/region_binding.cpp", "content": BINDING_CPP}},
+        {
+            "tool": "write_file",
+            "arguments": {
+                "path": "kernels/region_binding.cpp",
+                "content": BINDING_CPP.replace("NAMESPACE", namespace(task)),
+            },
+        },
         {"tool": "write_file", "arguments": {"path": "model_new.py", "content": source}},
         {"tool": "compile", "arguments": {}},
         {"tool": "verify", "arguments": {}},

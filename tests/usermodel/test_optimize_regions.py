@@ -22,13 +22,11 @@ from tests.agent.script_server import ScriptedServer
 MODEL = Path(__file__).with_name("model.py")
 
 KERNEL = """#include <torch/types.h>
-#include <torch/csrc/utils/pybind.h>
+#include <torch/library.h>
 #include <cmath>
 
-#include "../binding_registry.h"
-
 // linear + GELU in one pass: each output is its row's dot product, its bias and the GELU, written once
-static torch::Tensor linear_gelu(torch::Tensor x, torch::Tensor w, torch::Tensor b) {
+static torch::Tensor linear_gelu(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
     TORCH_CHECK(x.is_contiguous() && x.scalar_type() == torch::kFloat32, "float32 contiguous input");
     const int64_t k = x.size(-1), n = w.size(0), m = x.numel() / k;
     auto sizes = x.sizes().vec();
@@ -46,15 +44,22 @@ static torch::Tensor linear_gelu(torch::Tensor x, torch::Tensor w, torch::Tensor
     return out;
 }
 
-static void register_region(pybind11::module& m) { m.def("linear_gelu", &linear_gelu); }
+// the output's shape alone, for tracing (torch.compile, the put-back)
+static torch::Tensor linear_gelu_meta(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+    auto sizes = x.sizes().vec();
+    sizes.back() = w.size(0);
+    return torch::empty(sizes, x.options());
+}
 
-REGISTER_BINDING(region, register_region);
+TORCH_LIBRARY(NAMESPACE, m) { m.def("linear_gelu(Tensor x, Tensor w, Tensor b) -> Tensor"); }
+TORCH_LIBRARY_IMPL(NAMESPACE, CPU, m) { m.impl("linear_gelu", &linear_gelu); }
+TORCH_LIBRARY_IMPL(NAMESPACE, Meta, m) { m.impl("linear_gelu", &linear_gelu_meta); }
 """
 
 MODEL_NEW = """import torch
 import torch.nn as nn
 
-import cuda_extension
+import cuda_extension  # noqa: F401  (loading it registers the operator)
 
 
 class ModelNew(nn.Module):
@@ -64,13 +69,14 @@ class ModelNew(nn.Module):
         self.{b} = nn.Parameter(torch.empty({b_shape}), requires_grad=False)
 
     def forward(self, x):
-        return cuda_extension.linear_gelu(x.contiguous(), self.{w}, self.{b})
+        return torch.ops.{namespace}.linear_gelu(x.contiguous(), self.{w}, self.{b})
 """
 
 
 def _solve(step: int, messages: list[dict]):
     """The scripted policy: for a region of `linear + gelu` (the task's forward calls aten.linear then aten.gelu), the
-    fused kernel and a ModelNew with the task's parameter names and shapes; any other region: finish."""
+    fused kernel bound as a C++ operator in the namespace the task names, and a ModelNew with the task's parameter
+    names and shapes calling it; any other region: finish."""
     import torch
 
     task = next(m["content"] for m in messages if m["role"] == "user")
@@ -80,9 +86,11 @@ def _solve(step: int, messages: list[dict]):
         return {"tool": "finish", "arguments": {"summary": "no kernel for this region"}}
     state = torch.load(weights.group(1), weights_only=True)
     (w, wt), (b, bt) = sorted(state.items(), key=lambda kv: kv[1].dim(), reverse=True)
-    code = MODEL_NEW.format(w=w, b=b, w_shape=tuple(wt.shape), b_shape=tuple(bt.shape))
+    namespace = re.search(r"TORCH_LIBRARY\((\w+), m\)", task).group(1)  # the one the task names
+    code = MODEL_NEW.format(w=w, b=b, w_shape=tuple(wt.shape), b_shape=tuple(bt.shape), namespace=namespace)
+    kernel = KERNEL.replace("NAMESPACE", namespace)
     steps = [
-        {"tool": "write_file", "arguments": {"path": "kernels/region_cpu.cpp", "content": KERNEL}},
+        {"tool": "write_file", "arguments": {"path": "kernels/region_cpu.cpp", "content": kernel}},
         {"tool": "write_file", "arguments": {"path": "model_new.py", "content": code}},
         {"tool": "compile", "arguments": {}},
         {"tool": "verify", "arguments": {}},
@@ -130,6 +138,7 @@ def test_a_models_regions_are_optimized_put_back_as_custom_ops_and_proved(region
     assert {"eager", "patched", "compile", "patched_compile"} <= set(result["timing"]["ms"]), result["timing"]
     name = result["applied"][0]
     assert result["spots"][name]["model_ms_alone"] > 0, result["spots"]
+    assert result["spots"][name]["bound"] == "C++ operator", result["spots"]  # the graph calls the C++ op itself
     package = Path(result["package"])
     assert (package / "_putback.py").read_bytes() == (
         Path(__file__).parents[2] / "cudagent" / "usermodel" / "putback.py"
@@ -157,7 +166,9 @@ x = torch.randn(4, 16, 64)
 with torch.no_grad():
     expected = model(x)
     fast = stack_regions.patch(model, x)
-    calls = [n for n in fast.graph.nodes if str(n.target).startswith("cudagent_regions.")]
+    calls = [n for n in fast.graph.nodes if str(n.target).endswith(".linear_gelu.default")]
+    assert not [n for n in fast.graph.nodes if str(n.target).startswith("cudagent_regions.")]
+    assert set(fast.bound.values()) == {{"C++ operator"}}, fast.bound
     torch.testing.assert_close(fast(x), expected, rtol=1e-4, atol=1e-4)
     explained = torch._dynamo.explain(fast)(x)
     assert explained.graph_break_count == 0 and explained.graph_count == 1, explained

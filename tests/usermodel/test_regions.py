@@ -299,3 +299,121 @@ def test_a_written_out_rmsnorm_is_one_region_with_its_residual_and_rotary_stays_
     patched = rewrite(program, {r.name + r.nodes[0]: (r, register(r, program)) for r in norms + rotary})
     with torch.no_grad():
         torch.testing.assert_close(patched(x).last_hidden_state, model(x).last_hidden_state)
+
+
+def _mlp_task(tmp_path):
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.GELU()) for _ in range(2)]).eval()
+    x = torch.randn(4, 16)
+    program = capture(model, (x,))
+    regions = group(program)
+    values = record_values(program, (x,))
+    task = load_task(write_task(regions[0], region_module(program, regions[0]), values, tmp_path, "mlp", "an MLP"))
+    return model, x, program, regions, task
+
+
+@torch.library.custom_op("cudagent_test_bind::linear_gelu", mutates_args=())
+def _linear_gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x @ w.t() + b)
+
+
+@_linear_gelu.register_fake
+def _(x, w, b):
+    return x.new_empty(x.shape[:-1] + w.shape[:1])
+
+
+def test_a_kernel_bound_as_an_operator_is_called_by_the_graph_itself_and_any_other_through_python(tmp_path):
+    """A solution that calls its kernel as an operator of its own (as a TORCH_LIBRARY op with a Meta kernel is) is
+    traced into the model's graph: the graph calls that operator, not a Python-bodied region op, for every alike
+    region with its own weights, and torch.compile takes it whole. A solution that cannot be traced on fake tensors
+    (as a pybind11 function's cannot) is bound through Python, and says why."""
+    from cudagent.usermodel.putback import bind
+
+    model, x, program, regions, task = _mlp_task(tmp_path)
+
+    class Native(task.module.Model):
+        def forward(self, x):
+            return torch.ops.cudagent_test_bind.linear_gelu(x.contiguous(), self.w_0_0_weight, self.w_0_0_bias)
+
+    class Opaque(task.module.Model):
+        def forward(self, x):
+            assert x.data_ptr() != 0  # what a compiled function does with a tensor: no fake tensor has one
+            return F.gelu(x @ self.w_0_0_weight.t() + self.w_0_0_bias)
+
+    native = bind(regions[0], program, Native())
+    assert native.native and native.how == "C++ operator", native.how
+    patched = rewrite(program, {r.name + r.nodes[0]: (r, native.target) for r in regions})
+    targets = [str(n.target) for n in patched.graph.nodes if n.op == "call_function"]
+    assert targets.count("cudagent_test_bind.linear_gelu.default") == 2, targets
+    assert not any(t.startswith("cudagent_regions.") for t in targets), targets
+    with torch.no_grad():
+        torch.testing.assert_close(patched(x), model(x))
+        explained = torch._dynamo.explain(patched)(x)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1, explained
+
+    opaque = bind(regions[0], program, Opaque())
+    assert not opaque.native and "cannot be traced on fake tensors" in opaque.how, opaque.how
+    patched = rewrite(program, {r.name + r.nodes[0]: (r, opaque.target) for r in regions})
+    targets = [str(n.target) for n in patched.graph.nodes if n.op == "call_function"]
+    assert sum(t.startswith("cudagent_regions.") for t in targets) == 2, targets
+    with torch.no_grad():
+        torch.testing.assert_close(patched(x), model(x))
+
+
+@torch.library.custom_op("cudagent_test_bind::causal_attention", mutates_args=())
+def _causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+
+
+@_causal_attention.register_fake
+def _(q, k, v, scale):
+    return q.new_empty(q.shape[:-1] + v.shape[-1:])
+
+
+def test_a_traced_causal_mask_folds_into_attention_and_a_kernel_may_know_it(tmp_path):
+    """transformers' Llama, traced, materializes its causal mask from `arange`s (so torch.compile runs attention with
+    an explicit mask, not the causal path). That construction is folded into each attention region: the region reads
+    only q, k and v, its task builds the mask from their shapes, and a kernel that knows the mask is causal (never
+    reads it) serves both layers; the patched graph no longer builds the mask at all."""
+    import transformers
+
+    from cudagent.usermodel.putback import bind
+
+    config = transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2
+    )
+    config.vocab_size = 100
+    torch.manual_seed(0)
+    model = transformers.LlamaModel(config).eval()  # use_cache as saved by default: on
+    model.config.use_cache = False
+    ids = torch.randint(0, 100, (2, 16))
+    program = capture(model, (ids,))
+    sdpa = next(n for n in program.graph.nodes if "scaled_dot_product_attention" in str(n.target))
+    mask = sdpa.args[3].name
+    attention = [r for r in group(program) if r.anchor == "attention"]
+    assert len(attention) == 2 and len({r.kind for r in attention}) == 1, attention
+    for region in attention:
+        assert len(region.inputs) == 3 and mask not in region.inputs and mask in region.folded, region
+        assert "arange" not in region.describe() and region.outputs == [region.nodes[-1]], region
+
+    values = record_values(program, (ids,))
+    gm = region_module(program, attention[0])
+    path = write_task(attention[0], gm, values, tmp_path, "attention", "attention with its mask")
+    validate_task(load_task(path), "cpu")  # the task builds its own mask
+    task = load_task(path)
+    scale = sdpa.kwargs["scale"]
+
+    class Causal(task.module.Model):
+        def forward(self, q, k, v):
+            out = torch.ops.cudagent_test_bind.causal_attention(q, k, v, scale)
+            b, h, t, d = out.shape
+            return out.transpose(1, 2).reshape(b, t, h * d)
+
+    with torch.no_grad():  # the kernel that never reads a mask matches the task's reference
+        inputs = task.module.get_inputs()
+        torch.testing.assert_close(Causal()(*inputs), task.module.Model()(*inputs))
+    binding = bind(attention[0], program, Causal())
+    assert binding.native, binding.how
+    patched = rewrite(program, {r.name: (r, binding.target) for r in attention})
+    assert mask not in {n.name for n in patched.graph.nodes}
+    with torch.no_grad():
+        torch.testing.assert_close(patched(ids)[0], model(ids).last_hidden_state)
