@@ -184,8 +184,8 @@ def register(region, program, impl=None):
 @dataclass
 class Binding:
     """How a region's kernel is put back: `target` is what the graph calls (the traced solution, a GraphModule
-    taking the region's inputs then its weights; or the region's op), `how` says which ("C++ operator" or
-    "Python: <why the solution could not be traced>")."""
+    taking the region's inputs then its weights; or the region's op), `how` says which ("operator <the solution's
+    own operators>", or "Python: <why the solution could not be traced>")."""
 
     target: object
     how: str
@@ -199,7 +199,8 @@ def bind(region, program, model_new) -> Binding:
     """The region's kernel (its task's solution, a ModelNew) as the model's graph will call it."""
     graph, why = traced(model_new, region, program)
     if graph is not None:
-        return Binding(graph, "C++ operator")
+        own = sorted({str(n.target) for n in graph.graph.nodes if n.op == "call_function" and _own(n.target)})
+        return Binding(graph, "operator " + ", ".join(own))
     return Binding(register(region, program, impl=kernel_call(model_new, region)), f"Python: {why}")
 
 
@@ -230,11 +231,18 @@ def traced(model_new, region, program):
         if node.op == "call_function":
             if not isinstance(node.target, torch._ops.OpOverload) and node.target is not operator.getitem:
                 return None, f"its traced forward calls {node.target}, not an operator"
-            if isinstance(node.target, torch._ops.OpOverload) and node.target.namespace not in ("aten", "prims"):
+            if _own(node.target):
                 own.append(node.target)
     if not own:
         return None, "its forward calls no operator of its own (bind the kernel with TORCH_LIBRARY)"
     return gm, None
+
+
+def _own(target) -> bool:
+    """Whether a graph's call is an operator of the solution's own (not aten's or prims')."""
+    import torch
+
+    return isinstance(target, torch._ops.OpOverload) and target.namespace not in ("aten", "prims")
 
 
 def kernel_call(model_new, region):

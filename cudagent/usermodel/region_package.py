@@ -74,7 +74,7 @@ def patch(model, *args, kinds=None, **kwargs):
         for region in regions:
             ops[region.name + "|" + region.nodes[0]] = (region, binding.target)
     patched = _putback.rewrite(program, ops)
-    patched.bound = bound  # kind -> "C++ operator", or "Python: <why its kernel could not be traced>"
+    patched.bound = bound  # kind -> "operator <its own>", or "Python: <why its kernel could not be traced>"
     return patched
 '''
 

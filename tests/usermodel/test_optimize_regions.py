@@ -138,7 +138,7 @@ def test_a_models_regions_are_optimized_put_back_as_custom_ops_and_proved(region
     assert {"eager", "patched", "compile", "patched_compile"} <= set(result["timing"]["ms"]), result["timing"]
     name = result["applied"][0]
     assert result["spots"][name]["model_ms_alone"] > 0, result["spots"]
-    assert result["spots"][name]["bound"] == "C++ operator", result["spots"]  # the graph calls the C++ op itself
+    assert result["spots"][name]["bound"].endswith(".linear_gelu.default"), result["spots"]  # the graph calls it
     package = Path(result["package"])
     assert (package / "_putback.py").read_bytes() == (
         Path(__file__).parents[2] / "cudagent" / "usermodel" / "putback.py"
@@ -168,7 +168,7 @@ with torch.no_grad():
     fast = stack_regions.patch(model, x)
     calls = [n for n in fast.graph.nodes if str(n.target).endswith(".linear_gelu.default")]
     assert not [n for n in fast.graph.nodes if str(n.target).startswith("cudagent_regions.")]
-    assert set(fast.bound.values()) == {{"C++ operator"}}, fast.bound
+    assert all(b.startswith("operator ") for b in fast.bound.values()), fast.bound
     torch.testing.assert_close(fast(x), expected, rtol=1e-4, atol=1e-4)
     explained = torch._dynamo.explain(fast)(x)
     assert explained.graph_break_count == 0 and explained.graph_count == 1, explained

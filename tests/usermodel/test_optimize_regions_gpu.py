@@ -98,7 +98,7 @@ def test_a_models_fusion_regions_are_optimized_and_put_back_under_torch_compile(
     }
     assert result["mode"] == min(result["modes_ms"], key=result["modes_ms"].get) and result["spots"], result
     for name in result["spots"]:  # every kernel the policy wrote is a C++ operator the graph calls itself
-        assert result["spots"][name]["bound"] == "C++ operator", result["spots"]
+        assert result["spots"][name]["bound"].startswith("operator "), result["spots"]
     if result.get("applied"):
         assert result["correct"] is True and result["graph_breaks"] == 0, result
         assert {"compile", "compile_reduce_overhead", "compile_max_autotune"} <= set(result["timing"]["ms"]), result

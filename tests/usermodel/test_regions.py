@@ -340,7 +340,7 @@ def test_a_kernel_bound_as_an_operator_is_called_by_the_graph_itself_and_any_oth
             return F.gelu(x @ self.w_0_0_weight.t() + self.w_0_0_bias)
 
     native = bind(regions[0], program, Native())
-    assert native.native and native.how == "C++ operator", native.how
+    assert native.native and native.how == "operator cudagent_test_bind.linear_gelu.default", native.how
     patched = rewrite(program, {r.name + r.nodes[0]: (r, native.target) for r in regions})
     targets = [str(n.target) for n in patched.graph.nodes if n.op == "call_function"]
     assert targets.count("cudagent_test_bind.linear_gelu.default") == 2, targets
