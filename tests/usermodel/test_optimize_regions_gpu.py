@@ -33,7 +33,7 @@ MODELS = {
         "GPT2Config",
         {"n_layer": 2, "n_embd": 768, "n_head": 12, "n_positions": 1024, "vocab_size": 50257, "use_cache": False},
         "input_ids=i64[32,1024]<50257",
-        "1",
+        "2",  # the MLP's GEMM + GELU, and attention
     ),
     "llama": (
         "LlamaConfig",
@@ -50,7 +50,7 @@ MODELS = {
         "2",
     ),
 }
-MODELS["llama_16x1024"] = (*MODELS["llama"][:2], "input_ids=i64[16,1024]<32000", "3")
+MODELS["llama_16x1024"] = (*MODELS["llama"][:2], "input_ids=i64[16,1024]<32000", "4")  # through attention
 
 
 @pytest.mark.serial
