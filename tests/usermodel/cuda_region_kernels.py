@@ -216,6 +216,10 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
     return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+__device__ __forceinline__ float2 unpack(uint32_t bits) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
+}
+
 template <int D>
 __global__ void __launch_bounds__(WARPS * 32) causal_attention_kernel(
     const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
@@ -297,13 +301,20 @@ __global__ void __launch_bounds__(WARPS * 32) causal_attention_kernel(
         for (int t = 0; t < DT; ++t) {
             o[t][0] *= alpha[0], o[t][1] *= alpha[0], o[t][2] *= alpha[1], o[t][3] *= alpha[1];
         }
-        uint32_t p[BN / 16][4];  // P as the A operand of P V: the C layout of two n-tiles is one k-step's A
+        // P as the A operand of P V (the C layout of two n-tiles is one k-step's A), in two bf16 parts: P's bf16
+        // rounding and the rest, so that P V is as exact as fp32 P would make it (bf16 P alone drifts by up to a
+        // bf16 step of the output on sharp rows, beyond what a bf16 reference's own rounding leaves)
+        uint32_t p[BN / 16][4], p_lo[BN / 16][4];
         for (int t = 0; t < BN / 8; ++t) {
             const float p0 = exp2f(s[t][0] - m[0]), p1 = exp2f(s[t][1] - m[0]);
             const float p2 = exp2f(s[t][2] - m[1]), p3 = exp2f(s[t][3] - m[1]);
             l[0] += p0 + p1, l[1] += p2 + p3;
-            p[t / 2][(t % 2) * 2 + 0] = pack(p0, p1);
-            p[t / 2][(t % 2) * 2 + 1] = pack(p2, p3);
+            const int i = (t % 2) * 2;
+            p[t / 2][i] = pack(p0, p1);
+            p[t / 2][i + 1] = pack(p2, p3);
+            const float2 a = unpack(p[t / 2][i]), c = unpack(p[t / 2][i + 1]);
+            p_lo[t / 2][i] = pack(p0 - a.x, p1 - a.y);
+            p_lo[t / 2][i + 1] = pack(p2 - c.x, p3 - c.y);
         }
         asm volatile("cp.async.wait_group 1;\n" ::);  // V(j) is in (K(j+1) may not be)
         __syncthreads();
@@ -313,7 +324,9 @@ __global__ void __launch_bounds__(WARPS * 32) causal_attention_kernel(
                 const int key = ks * 16 + ((lane / 8) % 2) * 8 + (lane % 8), col = t * 8 + (lane / 16) * 8;
                 ldsm_x4_t(b0, b1, b2, b3, v_s + swz<D>(key, col));
                 mma(o[t], p[ks], b0, b1);
+                mma(o[t], p_lo[ks], b0, b1);
                 mma(o[t + 1], p[ks], b2, b3);
+                mma(o[t + 1], p_lo[ks], b2, b3);
             }
         }
         __syncthreads();  // every warp is done with V(j)

@@ -66,8 +66,13 @@ def test_causal_attention_matches_sdpa_with_the_traced_mask(ops, batch, heads, t
     exact = exact.transpose(1, 2).reshape(batch, tokens, heads * dim)
     sdpa = sdpa.transpose(1, 2).reshape(batch, tokens, heads * dim)
     ours, theirs = (got.float() - exact).abs().max().item(), (sdpa.float() - exact).abs().max().item()
-    # as close to the fp32 result as SDPA's own bf16 path, give or take a bf16 rounding of P
-    assert ours <= max(2 * theirs, 1e-2), (ours, theirs)
+    # as close to the fp32 result as SDPA's own bf16 path (P in two bf16 parts: the output's own rounding is left)
+    assert ours <= theirs * 1.01, (ours, theirs)
+    stress = ops.causal_attention(q * 4, k * 4, v, scale)  # sharp rows: what the evaluator's stress trial draws
+    with torch.no_grad():
+        sharp = F.scaled_dot_product_attention(q.float() * 4, k.float() * 4, v.float(), attn_mask=mask, scale=scale)
+    sharp = sharp.transpose(1, 2).reshape(batch, tokens, heads * dim)
+    assert (stress.float() - sharp).abs().max().item() <= 1.01 * 2**-7 * sharp.abs().max().item()
     kernel = _ms(lambda: ops.causal_attention(q, k, v, scale))
     masked = _ms(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale))
     causal = _ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale))
