@@ -228,6 +228,8 @@ def traced(model_new, region, program):
     for node in gm.graph.nodes:
         if node.op in ("call_module", "call_method"):
             return None, f"its traced forward calls {node.target}, not an operator"
+        if node.op == "get_attr":  # a tensor of its own (a table, a constant) that the model's graph does not hold
+            return None, f"its forward reads a tensor of its own ({node.target}) besides the region's weights"
         if node.op == "call_function":
             if not isinstance(node.target, torch._ops.OpOverload) and node.target is not operator.getitem:
                 return None, f"its traced forward calls {node.target}, not an operator"

@@ -31,7 +31,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from cudagent.usermodel.module_names import module_path, readable
 from cudagent.usermodel.putback import capture  # noqa: F401  (the graph regions are found in)
+from cudagent.usermodel.shape_only import computed_from_shapes, read_from
 
 ANCHORS = {
     "gemm": {"linear", "mm", "addmm", "matmul", "bmm", "baddbmm", "addbmm", "einsum"},
@@ -263,7 +265,7 @@ def group(program) -> list[Region]:
         if node in region_of:
             members.setdefault(find(region_of[node]), []).append(node)
     regions = []
-    shape_only = _shape_only(nodes)
+    shape_only = computed_from_shapes(nodes)
     order = {n: i for i, n in enumerate(nodes)}
     for rid, group_nodes in members.items():
         if all(op_name(n) in VIEWS for n in group_nodes):
@@ -274,44 +276,12 @@ def group(program) -> list[Region]:
             continue
         folded = []  # computed again inside the region: the graph keeps them for their other readers
         if anchor_kind[find(rid)] == "attention":
-            folded = _shape_only_inputs(group_nodes, shape_only)
+            folded = read_from(group_nodes, shape_only)
             group_nodes = sorted(folded + group_nodes, key=order.get)
         region = _describe(rid, anchor_kind[find(rid)], group_nodes, params, set(folded))
         region.folded = [n.name for n in folded]
         regions.append(region)
     return regions
-
-
-# operators whose value is not set by their arguments: never folded as "computed from shapes alone"
-UNSEEDED = set(
-    "rand randn randint rand_like randn_like randint_like randperm bernoulli normal uniform multinomial dropout "
-    "native_dropout empty empty_like empty_strided new_empty".split()
-)
-
-
-def _shape_only(nodes: list) -> set:
-    """The operators computed from literals alone (no input, weight or buffer reaches them): an `arange` and what is
-    made of it. With shapes fixed by export, their values are the same on every call."""
-    found = set()
-    for node in nodes:
-        if op_name(node) in UNSEEDED:
-            continue
-        if all(value in found for value in node.all_input_nodes):
-            found.add(node)
-    return found
-
-
-def _shape_only_inputs(members: list, shape_only: set) -> list:
-    """The shape-only operators that `members` read, with everything they are made of."""
-    inside = set(members)
-    found, stack = set(), [v for n in members for v in n.all_input_nodes if v in shape_only and v not in inside]
-    while stack:
-        node = stack.pop()
-        if node in found:
-            continue
-        found.add(node)
-        stack.extend(node.all_input_nodes)
-    return list(found)
 
 
 def _convex(members: list) -> bool:
@@ -368,7 +338,7 @@ def _describe(rid: int, anchor: str, members: list, params: dict, recomputed: se
             fused += 2 * _bytes(node)
     modules = []
     for node in members:
-        path = _module_path(node)
+        path = module_path(node)
         if path and path not in modules:
             modules.append(path)
     ops = [str(op_name(n)) for n in members]
@@ -384,7 +354,7 @@ def _describe(rid: int, anchor: str, members: list, params: dict, recomputed: se
     calls = [[op_name(n), _literal(n.args, position), _literal(n.kwargs, position)] for n in members]
     signature = repr([calls, [shapes.get(v) for v in inputs + outputs], [dtypes.get(v) for v in inputs + outputs]])
     kind = f"{anchor}-{hashlib.sha256(signature.encode()).hexdigest()[:8]}"
-    name = _name(modules) or "(model)"
+    name = readable(modules) or "(model)"
     return Region(
         name, kind, anchor, ops, [n.name for n in members], modules, inputs, weights, outputs, fused, shapes, dtypes
     )
@@ -415,33 +385,3 @@ def _bytes(node) -> int:
     if not hasattr(val, "shape"):
         return 0
     return int(val.numel()) * val.element_size()
-
-
-def _module_path(node) -> str:
-    stack = node.meta.get("nn_module_stack") or {}
-    if not stack:
-        return ""
-    path = list(stack.values())[-1][0]
-    return path.removeprefix("L['self'].").replace("L['self']", "")
-
-
-def _name(paths: list[str]) -> str:
-    """The modules a region's operators ran in, as a person reads them: `blocks.0.{fc1, act}`."""
-    prefix = _common_prefix(paths) if len(paths) > 1 else ""
-    if not prefix or " + " in prefix:
-        return " + ".join(paths[:3]) + (" ..." if len(paths) > 3 else "")
-    rest = [p[len(prefix) :].lstrip(".") for p in paths if p != prefix]
-    return prefix + (".{" + ", ".join(rest) + "}" if rest else "")
-
-
-def _common_prefix(paths: list[str]) -> str:
-    if not paths:
-        return ""
-    parts = [p.split(".") for p in paths]
-    out = []
-    for level in zip(*parts, strict=False):
-        if len(set(level)) != 1:
-            break
-        out.append(level[0])
-    common = ".".join(out)
-    return common if common else " + ".join(paths[:3]) + (" ..." if len(paths) > 3 else "")
