@@ -195,6 +195,10 @@ def stem(name: str) -> str:
 
 
 def _deciding(mode: str) -> str:
+    """The mode the proof holds the kernels to, as the progress line says it."""
+    from cudagent.usermodel.alternatives import normalize
+
+    mode = normalize(mode)
     if mode == "auto":
         return "the torch.compile mode the model runs fastest in"
-    return "eager mode" if mode == "eager" else f"torch.compile's {'default' if mode == 'compile' else mode} mode"
+    return "eager mode" if mode == "eager" else f"torch.compile's {mode} mode"

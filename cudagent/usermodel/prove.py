@@ -86,7 +86,7 @@ def prove(request: dict) -> dict:
     if not result["correct"] or not request.get("timing", True):
         return result
     args, kwargs = user.make_inputs(SEEDS[0], device, dtype)
-    mode = _resolve_mode(request, original, args, kwargs, device, result)
+    mode = _resolve_mode(request, original, args, kwargs, device, result, {})
     result["timing"] = _time(original, patched, args, kwargs, device, request.get("rounds", 3), mode)
     return result
 
@@ -159,7 +159,7 @@ def prove_regions(request: dict, user, kernels, device: str) -> dict:
     return result
 
 
-def _resolve_mode(request: dict, original, args, kwargs, device: str, result: dict, ready=None) -> str:
+def _resolve_mode(request: dict, original, args, kwargs, device: str, result: dict, ready: dict) -> str:
     """The mode the kernels are held to: the one asked, or (auto) the torch.compile mode the original model runs
     fastest in here (alternatives.py), each mode's time kept in the result (and each prepared original in `ready`)."""
     from cudagent.usermodel.alternatives import compile_modes, normalize, prepared
@@ -171,18 +171,25 @@ def _resolve_mode(request: dict, original, args, kwargs, device: str, result: di
         return asked
     modes = compile_modes(device)
     if len(modes) > 1:
-        ready = {} if ready is None else ready
         for m in modes:
             ready[m] = prepared(original, m, args, kwargs)
-        rounds: dict[str, list[float]] = {m: [] for m in modes}
-        for _ in range(3):  # interleaved, as the final timing is: one measurement each chose a mode it then lost
-            for m in modes:
-                rounds[m].append(_clock(ready[m], args, kwargs, device))
+        # interleaved rounds, as the final timing's: one measurement each chose a mode the rounds then found slowest
+        rounds = _interleaved({m: ready[m] for m in modes}, args, kwargs, device, 3)
         result["modes_ms"] = {m: statistics.median(v) for m, v in rounds.items()}
         result["mode"] = min(result["modes_ms"], key=result["modes_ms"].get)
     else:
         result["mode"] = modes[0]
     return result["mode"]
+
+
+def _interleaved(targets: dict, args, kwargs, device: str, rounds: int) -> dict[str, list[float]]:
+    """Each target's time a call (_clock) in `rounds` rounds, the targets taking turns in every round, so that
+    whatever else the machine does weighs on all of them alike."""
+    per_round: dict[str, list[float]] = {name: [] for name in targets}
+    for _ in range(rounds):
+        for name, fn in targets.items():
+            per_round[name].append(_clock(fn, args, kwargs, device))
+    return per_round
 
 
 def _clock(fn, args, kwargs, device: str) -> float:
@@ -306,12 +313,9 @@ def _time(original, patched, args, kwargs, device: str, rounds: int, mode: str =
     """The original and the patched model, eager and compiled (the patched one in `mode`), beside what else the user
     could run (the original compiled in each torch.compile mode, Liger Kernel's patch where it applies), each timed
     by the evaluator's loop in `rounds` interleaved rounds. A target that cannot be built is named in `errors`."""
-    import torch
 
-    from cudagent.evaluator.timing.measure import measure
     from cudagent.usermodel.alternatives import compile_modes, key, liger, prepared
 
-    dev = torch.device(device)
     compiled_in = "default" if mode == "eager" else mode
     makers = {key(m): (lambda m=m: prepared(original, m, args, kwargs)) for m in compile_modes(device)}
     makers["patched_compile"] = lambda: prepared(patched, compiled_in, args, kwargs)
@@ -328,12 +332,7 @@ def _time(original, patched, args, kwargs, device: str, rounds: int, mode: str =
             targets[name] = make()
         except Exception as exc:  # noqa: BLE001  (recorded: that target is not timed)
             errors[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-    plan = _plan()
-    per_round: dict[str, list[float]] = {name: [] for name in targets}
-    for _ in range(rounds):  # interleaved, so drift hits every target alike
-        for name, model in targets.items():
-            samples = measure(lambda k, m=model: m(*args, **kwargs), 1, dev, plan)
-            per_round[name].append(statistics.median(samples["ms"]))
+    per_round = _interleaved(targets, args, kwargs, device, rounds)
     ms = {name: statistics.median(v) for name, v in per_round.items()}
     spread = {name: [min(v), max(v)] for name, v in per_round.items()}
     out = {"ms": ms, "round_spread_ms": spread, "rounds": rounds, "errors": errors, "not_timed": skipped}

@@ -113,17 +113,14 @@ def markdown(record: dict, proof: dict) -> str:
                 lines.append(f"| {label} | failed: {timing['errors'][key]} | |")
         for key, why in (timing.get("not_timed") or {}).items():
             lines.append(f"| {labels.get(key, key)} | not timed: {why} | |")
+        lines.append("")
         best = timing.get("best_alternative")
+        if best:
+            lines.append(
+                f"Against the fastest thing a user could run instead ({labels.get(best, best)}): "
+                f"**{_x(timing.get('speedup_vs_best_alternative'))}**."
+            )
         lines += [
-            "",
-            *(
-                [
-                    f"Against the fastest thing a user could run instead ({labels.get(best, best)}): "
-                    f"**{_x(timing.get('speedup_vs_best_alternative'))}**."
-                ]
-                if best
-                else []
-            ),
             f"End to end over eager: **{_x(timing.get('speedup_vs_eager'))} measured**, "
             f"{_x(proof.get('predicted_speedup_vs_eager'))} predicted by Amdahl's law from the spots' shares of one "
             f"call and their own speedups{_within(ms, spread, 'eager', ('patched',))}; over torch.compile: "

@@ -147,18 +147,23 @@ def test_the_put_back_is_traced_by_torch_compile_without_a_graph_break(llama):
         torch.testing.assert_close(torch.compile(patched)(*args), expected, atol=1e-5, rtol=1e-5)
 
 
-def test_a_solution_of_a_region_task_serves_every_alike_region_with_its_own_weights(tmp_path):
-    """A region's kernel goes back through its task's ModelNew: here a pure-torch one that fuses nothing, written as
-    an agent's solution reads its weights (the task's parameter names), and called with each layer's weights."""
-
-    from cudagent.usermodel.putback import kernel_call
-
+def _mlp_task(tmp_path):
     model = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.GELU()) for _ in range(2)]).eval()
     x = torch.randn(4, 16)
     program = capture(model, (x,))
     regions = group(program)
     values = record_values(program, (x,))
     task = load_task(write_task(regions[0], region_module(program, regions[0]), values, tmp_path, "mlp", "an MLP"))
+    return model, x, program, regions, task
+
+
+def test_a_solution_of_a_region_task_serves_every_alike_region_with_its_own_weights(tmp_path):
+    """A region's kernel goes back through its task's ModelNew: here a pure-torch one that fuses nothing, written as
+    an agent's solution reads its weights (the task's parameter names), and called with each layer's weights."""
+
+    from cudagent.usermodel.putback import kernel_call
+
+    model, x, program, regions, task = _mlp_task(tmp_path)
 
     class ModelNew(task.module.Model):
         def forward(self, x):
@@ -299,16 +304,6 @@ def test_a_written_out_rmsnorm_is_one_region_with_its_residual_and_rotary_stays_
     patched = rewrite(program, {r.name + r.nodes[0]: (r, register(r, program)) for r in norms + rotary})
     with torch.no_grad():
         torch.testing.assert_close(patched(x).last_hidden_state, model(x).last_hidden_state)
-
-
-def _mlp_task(tmp_path):
-    model = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.GELU()) for _ in range(2)]).eval()
-    x = torch.randn(4, 16)
-    program = capture(model, (x,))
-    regions = group(program)
-    values = record_values(program, (x,))
-    task = load_task(write_task(regions[0], region_module(program, regions[0]), values, tmp_path, "mlp", "an MLP"))
-    return model, x, program, regions, task
 
 
 @torch.library.custom_op("cudagent_test_bind::linear_gelu", mutates_args=())
