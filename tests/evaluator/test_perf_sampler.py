@@ -67,9 +67,12 @@ def test_a_thread_born_while_sampling_is_counted_from_the_process_clock():
     )
     try:
         with Sampler(proc.pid) as s:
+            start, deadline = _process_cpu_ns(proc.pid), time.monotonic() + 60
             proc.stdin.write(b"go\n")
             proc.stdin.flush()
-            time.sleep(0.6)
+            # until the new thread has used 0.5 s of CPU (a loaded machine gives it less than the wall's)
+            while _process_cpu_ns(proc.pid) - start < 0.5e9 and time.monotonic() < deadline:
+                time.sleep(0.05)
             s.stop()
     except Unavailable as exc:
         pytest.skip(f"perf_event_open refused here: {exc}")
