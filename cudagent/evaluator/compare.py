@@ -44,6 +44,7 @@ class Comparison:
     # squared error and squared reference norm over float outputs, for the relative L2 error
     err_sq: float = 0.0
     ref_sq: float = 0.0
+    against_answer: bool = False  # judged against the fp32 answer a half-precision reference approximates (exact.py)
 
     @property
     def ok(self) -> bool:
@@ -195,3 +196,47 @@ def _compare_values(e: torch.Tensor, g: torch.Tensor, tol: Tolerance, name: str,
 def _index(mask: torch.Tensor, shape) -> tuple:
     flat = int(mask.reshape(-1).nonzero()[0])
     return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(shape))) if len(shape) else ()
+
+
+def within_reference_error(expected, exact, got, tol: Tolerance, name: str = "output") -> Comparison:
+    """`got` against `exact` (the answer a half-precision `expected` approximates, evaluator/exact.py), each element
+    allowed the reference's own distance from it plus the dtype's tolerance: |got - exact| <= atol + rtol * |exact| +
+    |expected - exact|. For outputs whose structure, shapes and dtypes already matched `expected`; outputs that are
+    not half precision are compared with `expected` as before. Errors are reported against `exact`."""
+    from cudagent.evaluator.exact import HALF
+    from cudagent.trees import tensors
+
+    result = Comparison()
+    triples = list(zip(tensors(expected), tensors(exact), tensors(got)))
+    for i, (e, x, g) in enumerate(triples):
+        where = name if len(triples) == 1 else f"{name}[{i}]"
+        if e.dtype not in HALF or x.shape != e.shape:
+            _compare_tensor(e, g, tol, where, result, check_device=False)
+            continue
+        if e.numel() == 0:
+            continue
+        atol, rtol = tol.for_dtype(e.dtype)
+        x, e, g = x.float(), e.to(x.device).float(), g.to(x.device).float()
+        own = (e - x).abs()
+        diff = (g - x).abs()
+        allowed = x.abs().mul(rtol).add_(atol).add_(own)
+        ratio = (diff / allowed).nan_to_num(nan=float("inf"))  # a non-finite answer or output fails...
+        same_nonfinite = ~torch.isfinite(e) & ((torch.isnan(e) & torch.isnan(g)) | (e == g))  # ...unless as expected
+        ratio = torch.where(same_nonfinite, 0.0, ratio)
+        finite = torch.isfinite(diff)
+        result.max_abs_error = max(result.max_abs_error, float(torch.where(finite, diff, 0.0).max()))
+        result.err_sq += float(torch.where(finite, diff, 0.0).square().sum())
+        result.ref_sq += float(torch.where(torch.isfinite(x), x, 0.0).square().sum())
+        result.worst_tolerance_ratio = max(result.worst_tolerance_ratio, float(ratio.max()))
+        n_bad = int((ratio > 1).sum())
+        if n_bad:
+            worst = _index(ratio == ratio.max(), e.shape)
+            result.violations.append(
+                Violation(
+                    "OUTPUT_MISMATCH",
+                    f"{where}: {n_bad} of {e.numel()} values are farther from the fp32 answer than the {e.dtype} "
+                    f"reference is, beyond atol={atol:g} rtol={rtol:g}; at index {worst}: got {g[worst].item():.6g}, "
+                    f"the answer {x[worst].item():.6g}, the reference {e[worst].item():.6g}",
+                )
+            )
+    return result

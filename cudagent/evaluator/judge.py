@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 from cudagent.evaluator.audit.link_audit import LinkedLibrary, kernel_base_name
 from cudagent.evaluator.audit.op_policy import TORCH_NAMESPACES, disallowed, split_op_name
-from cudagent.evaluator.compare import Comparison, Tolerance, compare
+from cudagent.evaluator.compare import Comparison, Tolerance
+from cudagent.evaluator.exact import judged
 from cudagent.evaluator.verdict import Violation
 from cudagent.text import counted
 
@@ -84,8 +85,10 @@ def judge_failed_call(reply: dict, trial: str) -> list[Violation]:
 
 
 def judge_call(
-    reply: dict, expected, trial: str, tol: Tolerance, ext: Extension | None, cuda: bool
+    reply: dict, expected, trial: str, tol: Tolerance, ext: Extension | None, cuda: bool, answer=lambda: None
 ) -> tuple[list[Violation], Comparison]:
+    """Everything a trial's reply shows, its outputs compared with `expected` (and, where a half-precision output
+    misses, with `answer()`: exact.judged)."""
     found = _judge_ops(reply, trial) + judge_tampering(reply, trial)
     if reply.get("launch_error"):
         found.append(
@@ -127,7 +130,7 @@ def judge_call(
     if cuda and reply.get("kernels") is not None:
         found.extend(_judge_kernels(reply["kernels"], reply.get("caller_stream"), ext, trial))
     found.extend(_judge_own_code(reply, ext, cuda, trial))
-    comparison = compare(expected, reply.get("outputs"), tol)
+    comparison = judged(expected, reply.get("outputs"), tol, answer)
     for v in comparison.violations:
         found.append(Violation(v.code, f"[{trial}] {v.message}"))
     return found, comparison

@@ -23,6 +23,7 @@ import torch
 
 from cudagent.device.info import DeviceInfo
 from cudagent.evaluator.compare import Tolerance, compare
+from cudagent.evaluator.exact import exact_answer
 from cudagent.evaluator.jail.process import ChildProcess
 from cudagent.evaluator.judge import Extension, judge_call, judge_failed_call, judge_tampering
 from cudagent.evaluator.transforms import InputSpec, secret_draw
@@ -58,6 +59,7 @@ class TrialRunner:
         self.call_timeout_s, self.v = call_timeout_s, verdict
         self.ext = extension
         self.worst_rel_l2, self.fp32_outputs = 0.0, False
+        self.judged_by_answer: list[str] = []  # trials that missed the half-precision reference, not its answer
         self.out_bytes: list[int] = []
 
     def run(self, handin: str, stock_trials: int, load_timeout_s: float):
@@ -100,6 +102,11 @@ class TrialRunner:
             ref = self._random_weights(ref)
         except _Stop:
             return None
+        if self.judged_by_answer:
+            self.v.notes.append(
+                f"{', '.join(self.judged_by_answer)}: beyond the tolerance of the half-precision reference, but no "
+                "farther from its fp32 answer than the reference itself (plus the tolerance)"
+            )
         if self.v.correct and self.fp32_outputs and self.worst_rel_l2 > REDUCED_PRECISION_REL_L2:
             self.v.flags.append(
                 f"REDUCED_PRECISION: relative L2 error {self.worst_rel_l2:.2e} suggests "
@@ -141,7 +148,17 @@ class TrialRunner:
         if not reply.get("ok", False):
             found = judge_failed_call(reply, name)
         else:
-            found, comparison = judge_call(reply, expected, name, self.tol, self.ext, self.device.is_cuda)
+            found, comparison = judge_call(
+                reply,
+                expected,
+                name,
+                self.tol,
+                self.ext,
+                self.device.is_cuda,
+                lambda: exact_answer(self.task, model, inputs),
+            )
+            if comparison.against_answer and comparison.ok:
+                self.judged_by_answer.append(name)
             self.worst_rel_l2 = max(self.worst_rel_l2, comparison.rel_l2)
         for f in found:
             self.v.reject(f.code, f.message)

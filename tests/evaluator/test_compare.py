@@ -77,3 +77,44 @@ def test_dict_like_outputs_compare_key_by_key():
     assert "['last_hidden_state']" in bad.violations[0].message
     assert codes(e, Output(past=(torch.zeros(2),), last_hidden_state=torch.ones(2, 3))) == ["OUTPUT_TYPE"]
     assert codes(e, dict(e)) == ["OUTPUT_TYPE"]
+
+
+def _sequential_bf16_sum(x: torch.Tensor) -> torch.Tensor:
+    acc = x[0]
+    for row in x[1:]:
+        acc = acc + row  # rounded to bf16 at every step: far from the sum on long columns
+    return acc
+
+
+def test_a_half_precision_output_is_judged_against_the_answer_its_reference_approximates():
+    from cudagent.evaluator.compare import within_reference_error
+
+    x = torch.rand(256, 4096).to(torch.bfloat16)
+    reference = _sequential_bf16_sum(x)
+    answer = x.float().sum(0)
+    exact = answer.to(torch.bfloat16)  # the sum, rounded once
+    assert codes(reference, exact) == ["OUTPUT_MISMATCH"]  # the reference itself is beyond tolerance of the answer
+    assert within_reference_error(reference, answer, exact, Tolerance()).ok
+    assert within_reference_error(reference, answer, reference, Tolerance()).ok  # the reference passes its own rule
+    # An attacker reflects the reference about the answer: as far from the reference as the reference is from the
+    # answer (a rule widened around the reference would take it), twice as far from the answer as the reference.
+    reflected = (2 * reference.float() - answer).to(torch.bfloat16)
+    judged = within_reference_error(reference, answer, reflected, Tolerance())
+    assert [v.code for v in judged.violations] == ["OUTPUT_MISMATCH"]
+    assert "farther from the fp32 answer" in judged.violations[0].message
+    noisy = (answer + 3 * 0.02 * (1 + answer.abs()) * torch.sign(torch.randn(4096))).to(torch.bfloat16)
+    assert not within_reference_error(reference, answer, noisy, Tolerance()).ok  # plain errors still fail
+
+
+def test_the_wider_answer_keeps_non_finite_values_exact():
+    from cudagent.evaluator.compare import within_reference_error
+
+    e = torch.tensor([1.0, float("inf"), float("nan")], dtype=torch.bfloat16)
+    x = torch.tensor([1.0, float("inf"), float("nan")])
+    assert within_reference_error(e, x, e.clone(), Tolerance()).ok
+    assert not within_reference_error(
+        e, x, torch.tensor([1.0, 5.0, float("nan")], dtype=torch.bfloat16), Tolerance()
+    ).ok
+    assert not within_reference_error(
+        e, x, torch.tensor([1.0, float("inf"), 0.0], dtype=torch.bfloat16), Tolerance()
+    ).ok

@@ -151,10 +151,10 @@ def checksums(outputs) -> list[float]:
     return [float(torch.sum(t.detach(), dtype=torch.float64)) for t in tensors(outputs)]
 
 
-def sums_disagree(reported, outputs, tolerance_of) -> str | None:
-    """Why the checksums a batch reported are not the sums of `outputs` (the reference's on the replayed inputs, or
-    the last call's own outputs fetched afterwards), or None. `tolerance_of(dtype)` is (atol, rtol) per element: a
-    sum may be off by what its elements may be off by, summed."""
+def sums_disagree(reported, outputs, tolerance_of, slack: list[float] | None = None) -> str | None:
+    """Why the checksums a batch reported are not the sums of `outputs` (the reference's on the replayed inputs, the
+    answer it approximates, or the last call's own outputs fetched afterwards), or None. `tolerance_of(dtype)` is
+    (atol, rtol) per element: a sum may be off by what its elements may be off by, summed, plus `slack[i]`."""
     import torch
 
     from cudagent.trees import tensors
@@ -173,7 +173,7 @@ def sums_disagree(reported, outputs, tolerance_of) -> str | None:
                 return f"output {i}'s checksum {float(r):.6g} is finite where the output's sum is not"
             continue
         atol, rtol = tolerance_of(t.dtype)
-        allowed = x.numel() * atol + (rtol + 1e-6) * float(x.abs().sum()) + 1e-9
+        allowed = x.numel() * atol + (rtol + 1e-6) * float(x.abs().sum()) + 1e-9 + (slack[i] if slack else 0.0)
         if not math.isfinite(float(r)) or abs(float(r) - s) > allowed:
             return f"output {i}'s checksum {float(r):.6g} is not its sum {s:.6g} (within {allowed:.3g})"
     return None

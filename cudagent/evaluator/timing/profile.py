@@ -31,10 +31,12 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 
 from cudagent.device.info import DeviceInfo
 from cudagent.evaluator.audit.link_audit import kernel_base_name
-from cudagent.evaluator.compare import Tolerance, compare
+from cudagent.evaluator.compare import Tolerance
+from cudagent.evaluator.exact import exact_answer, judged
 from cudagent.evaluator.jail.process import ChildProcess
 from cudagent.evaluator.judge import Extension, judge_tampering
 from cudagent.evaluator.timing import parent_clock
@@ -214,8 +216,11 @@ class Profiler:
                 v.reject("TIMED_OUTPUT_MISMATCH", "[timing] the outputs kept for re-checking came back mislabeled")
                 return
             k, draw = draws[c]
-            expected = self.task.run(ref_model, self.specs[k].apply(sets[k], draw))
-            result = compare(expected, item["outputs"], self.tolerance)
+            inputs = self.specs[k].apply(sets[k], draw)
+            expected = self.task.run(ref_model, inputs)
+            result = judged(
+                expected, item["outputs"], self.tolerance, partial(exact_answer, self.task, ref_model, inputs)
+            )
             if not result.ok:
                 v.reject(
                     "TIMED_OUTPUT_MISMATCH",
