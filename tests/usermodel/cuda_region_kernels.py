@@ -7,7 +7,10 @@ region task (the task's forward: the region's aten calls; its weights file: the 
   cuBLASLt, then one kernel for the SiLU and the product (what inductor makes of it too: the floor, not a win);
 - attention whose mask the task builds from shapes alone (a traced transformers model's causal mask, folded into
   the region): a causal FlashAttention-2-style kernel of its own (mma.sync tensor cores, the softmax online in
-  registers, the key blocks above the diagonal never read), writing the transpose and reshape that follow.
+  registers, the key blocks above the diagonal never read), writing the transpose and reshape that follow;
+- a convolution region of a ResNet in fp32 (conv2d, its batch norm in eval mode, a residual add, a ReLU, or two such
+  convolutions joined by the add): each convolution one cuDNN call with the batch norm folded into its weights and
+  bias by a kernel of its own, the residual and the ReLU fused into the call (cudnnConvolutionBiasActivationForward).
 
 Each bound as a C++ operator (TORCH_LIBRARY, CUDA and Meta implementations) in the namespace the task names, which
 ModelNew calls: the put-back traces it into the model's graph. Any other region: the policy finishes without a
@@ -498,6 +501,164 @@ TORCH_LIBRARY_IMPL(NAMESPACE, Meta, m) {
 }
 """
 
+CONV_CU = r"""// Batch norm folded into a convolution's weights and bias (eval mode: running statistics), fp32:
+// w'[o, ...] = w[o, ...] * g[o] / sqrt(v[o] + eps), b'[o] = beta[o] - m[o] * g[o] / sqrt(v[o] + eps).
+#include <cuda_runtime.h>
+#include <cstdint>
+
+__global__ void fold_bn_kernel(const float* __restrict__ w, const float* __restrict__ g, const float* __restrict__ beta,
+                               const float* __restrict__ m, const float* __restrict__ v, float eps, int64_t per_out,
+                               int64_t outs, float* __restrict__ w2, float* __restrict__ b2) {
+    const int64_t total = per_out * outs;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t o = i / per_out;
+        const float scale = g[o] * rsqrtf(v[o] + eps);
+        w2[i] = w[i] * scale;
+        if (i % per_out == 0) b2[o] = beta[o] - m[o] * scale;
+    }
+}
+
+extern "C" cudaError_t fold_bn_launch(const float* w, const float* g, const float* beta, const float* m, const float* v,
+                                      float eps, int64_t per_out, int64_t outs, float* w2, float* b2, cudaStream_t s) {
+    const int64_t total = per_out * outs;
+    const int blocks = (int)((total + 255) / 256 < 4096 ? (total + 255) / 256 : 4096);
+    fold_bn_kernel<<<blocks, 256, 0, s>>>(w, g, beta, m, v, eps, per_out, outs, w2, b2);
+    return cudaGetLastError();
+}
+"""
+
+CONV_BINDING_CPP = r"""// conv2d + batch norm (eval) [+ residual] [+ ReLU] as one cuDNN call: the batch norm folded into
+// the weights and bias by fold_bn_launch, then cudnnConvolutionBiasActivationForward:
+// y = act(conv(x, w') + b' + residual).
+#include <torch/types.h>
+#include <torch/library.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cudnn.h>
+#include <cuda_runtime.h>
+
+extern "C" cudaError_t fold_bn_launch(const float* w, const float* g, const float* beta, const float* m, const float* v,
+                                      float eps, int64_t per_out, int64_t outs, float* w2, float* b2, cudaStream_t s);
+
+#define CUDNN_OK(call)                                                                            \
+    do {                                                                                          \
+        const cudnnStatus_t st_ = (call);                                                         \
+        TORCH_CHECK(st_ == CUDNN_STATUS_SUCCESS, #call, ": ", cudnnGetErrorString(st_));          \
+    } while (0)
+
+static cudnnHandle_t handle() {  // one per process, made on first use and kept (never destroyed)
+    static cudnnHandle_t h = nullptr;
+    if (h == nullptr) CUDNN_OK(cudnnCreate(&h));
+    return h;
+}
+
+static void expect(const torch::Tensor& t, int64_t dim) {
+    TORCH_CHECK(t.is_cuda() && t.is_contiguous() && t.scalar_type() == torch::kFloat32 && t.dim() == dim,
+                "expected a contiguous float32 CUDA tensor of ", dim, " dimensions");
+}
+
+static std::vector<int64_t> out_shape(const torch::Tensor& x, const torch::Tensor& w, at::IntArrayRef stride,
+                                      at::IntArrayRef padding) {
+    return {x.size(0), w.size(0), (x.size(2) + 2 * padding[0] - w.size(2)) / stride[0] + 1,
+            (x.size(3) + 2 * padding[1] - w.size(3)) / stride[1] + 1};
+}
+
+static torch::Tensor conv_bn_act(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& gamma,
+                                 const torch::Tensor& beta, const torch::Tensor& mean, const torch::Tensor& var,
+                                 const c10::optional<torch::Tensor>& residual, at::IntArrayRef stride,
+                                 at::IntArrayRef padding, double eps, bool relu) {
+    expect(x, 4), expect(w, 4);
+    for (const auto* t : {&gamma, &beta, &mean, &var}) expect(*t, 1);
+    TORCH_CHECK(stride.size() == 2 && padding.size() == 2, "stride and padding: two values each");
+    TORCH_CHECK(w.size(1) == x.size(1), "the weight's input channels differ from x's");
+    const c10::cuda::CUDAGuard guard(x.device());
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+    const int64_t outs = w.size(0), per_out = w.numel() / outs;
+    auto w2 = torch::empty_like(w);
+    auto b2 = torch::empty({outs}, w.options());
+    const cudaError_t err = fold_bn_launch(w.data_ptr<float>(), gamma.data_ptr<float>(), beta.data_ptr<float>(),
+                                           mean.data_ptr<float>(), var.data_ptr<float>(), (float)eps, per_out, outs,
+                                           w2.data_ptr<float>(), b2.data_ptr<float>(), stream);
+    TORCH_CHECK(err == cudaSuccess, "fold_bn kernel: ", cudaGetErrorString(err));
+    auto y = torch::empty(out_shape(x, w, stride, padding), x.options());
+    if (residual.has_value()) {
+        expect(*residual, 4);
+        TORCH_CHECK(residual->sizes() == y.sizes(), "the residual's shape differs from the convolution's output");
+    }
+
+    cudnnHandle_t h = handle();
+    CUDNN_OK(cudnnSetStream(h, stream));
+    cudnnTensorDescriptor_t xd, yd, bd;
+    cudnnFilterDescriptor_t wd;
+    cudnnConvolutionDescriptor_t cd;
+    cudnnActivationDescriptor_t ad;
+    CUDNN_OK(cudnnCreateTensorDescriptor(&xd));
+    CUDNN_OK(cudnnCreateTensorDescriptor(&yd));
+    CUDNN_OK(cudnnCreateTensorDescriptor(&bd));
+    CUDNN_OK(cudnnCreateFilterDescriptor(&wd));
+    CUDNN_OK(cudnnCreateConvolutionDescriptor(&cd));
+    CUDNN_OK(cudnnCreateActivationDescriptor(&ad));
+    CUDNN_OK(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)x.size(0), (int)x.size(1),
+                                        (int)x.size(2), (int)x.size(3)));
+    CUDNN_OK(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)y.size(0), (int)y.size(1),
+                                        (int)y.size(2), (int)y.size(3)));
+    CUDNN_OK(cudnnSetTensor4dDescriptor(bd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, (int)outs, 1, 1));
+    CUDNN_OK(cudnnSetFilter4dDescriptor(wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)outs, (int)w.size(1),
+                                        (int)w.size(2), (int)w.size(3)));
+    CUDNN_OK(cudnnSetConvolution2dDescriptor(cd, (int)padding[0], (int)padding[1], (int)stride[0], (int)stride[1], 1,
+                                             1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    // TF32 tensor cores for fp32 data (cuDNN's default math on Ampere and later), as PyTorch's convolutions use by
+    // default (torch.backends.cudnn.allow_tf32); never a conversion to fp16, whose range stressed inputs overflow
+    CUDNN_OK(cudnnSetConvolutionMathType(cd, CUDNN_DEFAULT_MATH));
+    CUDNN_OK(cudnnSetActivationDescriptor(ad, relu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
+                                          CUDNN_NOT_PROPAGATE_NAN, 0.0));
+    // identity is fused only with the implicit precomputed GEMM; with ReLU, cuDNN's heuristic choice
+    cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+    if (relu) {
+        cudnnConvolutionFwdAlgoPerf_t perf[8];
+        int returned = 0;
+        CUDNN_OK(cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, 8, &returned, perf));
+        for (int i = 0; i < returned; ++i) {
+            if (perf[i].status == CUDNN_STATUS_SUCCESS) {
+                algo = perf[i].algo;
+                break;
+            }
+        }
+    }
+    size_t ws_size = 0;
+    CUDNN_OK(cudnnGetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, algo, &ws_size));
+    auto ws = torch::empty({(int64_t)ws_size + 1}, x.options().dtype(torch::kUInt8));
+    const float one = 1.f, zero = 0.f;
+    const void* z = residual.has_value() ? residual->data_ptr() : y.data_ptr();
+    CUDNN_OK(cudnnConvolutionBiasActivationForward(h, &one, xd, x.data_ptr(), wd, w2.data_ptr(), cd, algo,
+                                                   ws.data_ptr(), ws_size, residual.has_value() ? &one : &zero, yd, z,
+                                                   bd, b2.data_ptr(), ad, yd, y.data_ptr()));
+    cudnnDestroyActivationDescriptor(ad);
+    cudnnDestroyConvolutionDescriptor(cd);
+    cudnnDestroyFilterDescriptor(wd);
+    cudnnDestroyTensorDescriptor(bd);
+    cudnnDestroyTensorDescriptor(yd);
+    cudnnDestroyTensorDescriptor(xd);
+    return y;
+}
+
+static torch::Tensor conv_bn_act_meta(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& gamma,
+                                      const torch::Tensor& beta, const torch::Tensor& mean, const torch::Tensor& var,
+                                      const c10::optional<torch::Tensor>& residual, at::IntArrayRef stride,
+                                      at::IntArrayRef padding, double eps, bool relu) {
+    return torch::empty(out_shape(x, w, stride, padding), x.options());
+}
+
+TORCH_LIBRARY(NAMESPACE, m) {
+    m.def("conv_bn_act(Tensor x, Tensor w, Tensor gamma, Tensor beta, Tensor mean, Tensor var, Tensor? residual, "
+          "int[] stride, int[] padding, float eps, bool relu) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(NAMESPACE, CUDA, m) { m.impl("conv_bn_act", &conv_bn_act); }
+
+TORCH_LIBRARY_IMPL(NAMESPACE, Meta, m) { m.impl("conv_bn_act", &conv_bn_act_meta); }
+"""
+
 MODEL_NEW = """import torch
 import torch.nn as nn
 
@@ -510,7 +671,7 @@ class ModelNew(nn.Module):
 {params}
 
     def forward(self, {args}):
-        return torch.ops.{namespace}.{call}
+        return {call}
 """
 
 
@@ -525,9 +686,14 @@ def model_new(task: str) -> str | None:
         return None
     state = torch.load(weights.group(1), weights_only=True)
     params = "\n".join(
-        f"        self.{k} = nn.Parameter(torch.empty({tuple(v.shape)}, dtype=torch.bfloat16), requires_grad=False)"
+        f"        self.{k} = nn.Parameter(torch.empty({tuple(v.shape)}, dtype={v.dtype}), requires_grad=False)"
         for k, v in state.items()
     )
+    if is_convolution(task):
+        call = convolution_call(task, namespace(task))
+        return (
+            None if call is None else MODEL_NEW.format(params=params, call=call, namespace="", args=forward_args(task))
+        )
     if any(v.dtype != torch.bfloat16 for v in state.values()):
         return None
     args = "x"
@@ -535,23 +701,104 @@ def model_new(task: str) -> str | None:
     tail = calls[-3:-1] if calls[-1] == "view" else calls[-2:]
     causal = "scaled_dot_product_attention" in calls and "arange" in calls  # a mask built from shapes alone
     if causal and not state and scale and tail == ["transpose", "reshape"]:  # the evaluator checks it is causal
-        args, call = "q, k, v", f"causal_attention(q, k, v, {float(scale.group(1))!r})"
+        args, call = "q, k, v", f"torch.ops.{namespace(task)}.causal_attention(q, k, v, {float(scale.group(1))!r})"
         if calls[-1] == "view":  # GPT-2's view for the projection after it
             call += f".view({views[-1]})"
         return MODEL_NEW.format(params="", call=call, namespace=namespace(task), args=args)
     if "addmm" in calls and "tanh" in calls and len(state) == 2:  # GPT-2's Conv1D + bias + tanh GELU
         w = next(k for k, v in state.items() if v.dim() == 2)
         b = next(k for k, v in state.items() if v.dim() == 1)
-        call = f"conv1d_gelu(x.contiguous(), self.{w}, self.{b})"
+        call = f"torch.ops.{namespace(task)}.conv1d_gelu(x.contiguous(), self.{w}, self.{b})"
     elif calls.count("linear") == 2 and "silu" in calls and "mul" in calls and len(state) == 2:  # SwiGLU
         gate = next(k for k in state if "gate" in k)
         up = next(k for k in state if "up" in k)
-        call = f"swiglu(x.contiguous(), self.{gate}, self.{up})"
+        call = f"torch.ops.{namespace(task)}.swiglu(x.contiguous(), self.{gate}, self.{up})"
     else:
         return None
     if calls[-1] == "view":  # the region ends in a view of its result: the kernel's output, viewed alike
         call += f".view({views[-1]})"
     return MODEL_NEW.format(params=params, call=call, namespace=namespace(task), args=args)
+
+
+CONVOLUTION_OPS = {"conv2d", "batch_norm", "add", "relu_", "relu"}
+
+
+def is_convolution(task: str) -> bool:
+    """A region of convolutions with their batch norm, residual adds and ReLUs (ResNet's), and nothing else."""
+    calls = set(re.findall(r"torch\.ops\.aten\.(\w+)\.\w+\(", task))
+    return "conv2d" in calls and calls <= CONVOLUTION_OPS
+
+
+def forward_args(task: str) -> str:
+    return re.search(r"def forward\(self, ([^)]*)\):", task).group(1)
+
+
+def _split(body: str) -> list[str]:
+    """A call's arguments, split at the commas outside brackets."""
+    parts, depth, current = [], 0, ""
+    for ch in body:
+        depth += ch == "[" or -(ch == "]")
+        if ch == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    return [*parts, current.strip()] if current.strip() else parts
+
+
+def convolution_call(task: str, ns: str) -> str | None:
+    """ModelNew's forward for a convolution region as one expression: each conv2d with the batch norm after it (and
+    the residual added to it, and the ReLU after that) one `conv_bn_act` call; None where the region has anything
+    else (a bias, dilation, groups, a batch norm in training mode)."""
+    inputs = {a.strip() for a in forward_args(task).split(",")}
+    alias = dict(re.findall(r"(\w+) = self\.(\w+)\n", task))
+    nodes = {
+        name: (op, _split(body))
+        for name, op, body in re.findall(r"(\w+) = torch\.ops\.aten\.(\w+)\.\w+\((.*?)\)(?:;|\n)", task)
+    }
+    result = re.search(r"return (\w+)\n", task).group(1)
+
+    class Unsupported(Exception):
+        pass
+
+    def value(name: str) -> str:
+        if name in inputs:
+            return name
+        op, args = nodes[name]
+        if op in ("relu_", "relu"):
+            return fused(args[0], relu=True)
+        return fused(name, relu=False)
+
+    def fused(name: str, relu: bool) -> str:
+        op, args = nodes.get(name, ("", []))
+        residual = "None"
+        if op == "add":
+            if len(args) != 2:
+                raise Unsupported(name)
+            main, other = args if nodes.get(args[0], ("",))[0] == "batch_norm" else args[::-1]
+            residual, (op, args) = value(other), nodes.get(main, ("", []))
+        if op != "batch_norm" or args[5] != "False":
+            raise Unsupported(name)
+        conv_op, conv = nodes.get(args[0], ("", []))
+        if (
+            conv_op != "conv2d"
+            or conv[2] != "None"
+            or conv[5:6] not in ([], ["[1, 1]"])
+            or conv[6:7] not in ([], ["1"])
+        ):
+            raise Unsupported(name)
+        stride = conv[3] if len(conv) > 3 else "[1, 1]"
+        padding = conv[4] if len(conv) > 4 else "[0, 0]"
+        w, (g, b, m, v) = alias[conv[1]], (alias[t] for t in args[1:5])
+        return (
+            f"torch.ops.{ns}.conv_bn_act({value(conv[0])}, self.{w}, self.{g}, self.{b}, self.{m}, self.{v}, "
+            f"{residual}, {stride}, {padding}, {args[7]}, {relu})"
+        )
+
+    try:
+        return value(result)
+    except (Unsupported, KeyError, IndexError):
+        return None
 
 
 def namespace(task: str) -> str:
@@ -566,21 +813,24 @@ def solve(step: int, messages: list[dict]):
     source = model_new(task)
     if source is None:
         return {"tool": "finish", "arguments": {"summary": "no kernel for this region"}}
+    if is_convolution(task):
+        files = {"kernels/fold_bn.cu": CONV_CU, "kernels/conv_binding.cpp": CONV_BINDING_CPP}
+    else:
+        files = {
+            "kernels/region_lt.cpp": LT_CPP,
+            "kernels/region.cu": SWIGLU_CU,
+            "kernels/attention.cu": ATTENTION_CU,
+            "kernels/region_binding.cpp": BINDING_CPP,
+        }
     steps = [
-        {"tool": "write_file", "arguments": {"path": "kernels/region_lt.cpp", "content": LT_CPP}},
-        {"tool": "write_file", "arguments": {"path": "kernels/region.cu", "content": SWIGLU_CU}},
-        {"tool": "write_file", "arguments": {"path": "kernels/attention.cu", "content": ATTENTION_CU}},
-        {
-            "tool": "write_file",
-            "arguments": {
-                "path": "kernels/region_binding.cpp",
-                "content": BINDING_CPP.replace("NAMESPACE", namespace(task)),
-            },
-        },
+        *(
+            {"tool": "write_file", "arguments": {"path": path, "content": text.replace("NAMESPACE", namespace(task))}}
+            for path, text in files.items()
+        ),
         {"tool": "write_file", "arguments": {"path": "model_new.py", "content": source}},
         {"tool": "compile", "arguments": {}},
         {"tool": "verify", "arguments": {}},
         {"tool": "profile", "arguments": {}},
-        {"tool": "finish", "arguments": {"summary": "cuBLASLt GEMM with a GELU epilogue / SwiGLU"}},
+        {"tool": "finish", "arguments": {"summary": "a fused region kernel bound as a C++ operator"}},
     ]
     return steps[min(step, len(steps) - 1)]

@@ -1,11 +1,13 @@
-"""`cudagent optimize --hf DIR --dtype bfloat16` by fusion regions on the GPU: GPT-2 small's widths and a
-Llama-shaped config (GQA, RMSNorm, SwiGLU, rotary), two layers each, built from configs with random weights. The
-model's regions are found and ranked, the first kinds become tasks, the scripted policy plays known-good fused bf16
-kernels (cuda_region_kernels.py: a cuBLASLt GEMM with GPT-2's bias + tanh-GELU epilogue; SwiGLU's two GEMMs and
-product), bound as C++ operators the patched graph calls itself; the proof holds them to the torch.compile mode the
-original runs fastest in (auto: default, reduce-overhead or max-autotune), keeps a kind only if the model gets
-faster with it there, and times what else a user could run beside it (every compile mode, Liger Kernel for the
-Llama). The record is printed for the committed log (benchmarks/results/regions/gpu-optimize-regions-*.txt)."""
+"""`cudagent optimize` by fusion regions on the GPU: GPT-2 small's widths and a Llama-shaped config (GQA, RMSNorm,
+SwiGLU, rotary), two layers each, built from configs with random weights (`--hf DIR --dtype bfloat16`), and ResNet-18
+in fp32 from a model file of its own (examples/models/resnet.py). The model's regions are found and ranked, the first
+kinds become tasks, the scripted policy plays known-good fused kernels (cuda_region_kernels.py: a cuBLASLt GEMM with
+GPT-2's bias + tanh-GELU epilogue; SwiGLU's two GEMMs and product; causal attention; cuDNN convolutions with their
+batch norm folded, the residual and the ReLU), bound as C++ operators the patched graph calls itself; the proof holds
+them to the torch.compile mode the original runs fastest in (auto: default, reduce-overhead or max-autotune), keeps a
+kind only if the model gets faster with it there, and times what else a user could run beside it (every compile
+mode, Liger Kernel for the Llama). The record is printed for the committed log
+(benchmarks/results/regions/gpu-optimize-regions-*.txt)."""
 
 from __future__ import annotations
 
@@ -51,6 +53,8 @@ MODELS = {
     ),
 }
 MODELS["llama_16x1024"] = (*MODELS["llama"][:2], "input_ids=i64[16,1024]<32000", "4")  # through attention
+# a model file of the user's own, in fp32: convolutions with their batch norm, residual and ReLU (kinds by shape)
+MODELS["resnet18"] = ("examples/models/resnet.py:ResNet18", None, "x=f32[32,3,224,224]", "4")
 
 
 @pytest.mark.serial
@@ -58,14 +62,18 @@ MODELS["llama_16x1024"] = (*MODELS["llama"][:2], "input_ids=i64[16,1024]<32000",
 def test_a_models_fusion_regions_are_optimized_and_put_back_under_torch_compile(tmp_path, name):
     import transformers
 
-    config_class, fields, inputs, top = MODELS[name]
-    directory = tmp_path / name
-    getattr(transformers, config_class)(**fields).save_pretrained(directory)
+    source, fields, inputs, top = MODELS[name]
+    if fields is None:  # a file and its class
+        target = [source]
+    else:  # a transformers config, saved as a user saves one, in bf16
+        directory = tmp_path / name
+        getattr(transformers, source)(**fields).save_pretrained(directory)
+        target = ["--hf", str(directory), "--dtype", "bfloat16"]
     with ScriptedServer(solve) as server:
         env = cli_env(tmp_path / "home", server.url)
         done = subprocess.run(
-            [sys.executable, "-m", "cudagent", "optimize", "--hf", str(directory), "--inputs", inputs]
-            + ["--dtype", "bfloat16", "--top", top, "--max-turns", "10", "--json"],
+            [sys.executable, "-m", "cudagent", "optimize", *target, "--inputs", inputs]
+            + ["--top", top, "--max-turns", "10", "--json"],
             env=env,
             stdout=subprocess.PIPE,
             text=True,
@@ -89,7 +97,9 @@ def test_a_models_fusion_regions_are_optimized_and_put_back_under_torch_compile(
                     print(line[:2500])
     assert record["by"] == "regions"
     fused = [s for s in record["spots"] if (s.get("tier") or -1) >= 1]
-    assert fused and all(len(s["regions"]) == 2 for s in fused), record["spots"]  # one kernel, both layers
+    assert fused, record["spots"]
+    if fields is not None:  # a transformer's kinds: one kernel, both layers
+        assert all(len(s["regions"]) == 2 for s in fused), record["spots"]
     # the bar: the torch.compile mode the original runs fastest in, of the three timed
     assert result.get("mode_asked") == "auto" and set(result["modes_ms"]) == {
         "default",

@@ -6,13 +6,14 @@ medians), printed for the committed log."""
 
 from __future__ import annotations
 
+import shlex
 import statistics
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.usermodel.cuda_region_kernels import ATTENTION_CU, BINDING_CPP, LT_CPP, SWIGLU_CU
+from tests.usermodel.cuda_region_kernels import ATTENTION_CU, BINDING_CPP, CONV_BINDING_CPP, CONV_CU, LT_CPP, SWIGLU_CU
 
 NAMESPACE = "region_kernels_check"
 
@@ -81,4 +82,86 @@ def test_causal_attention_matches_sdpa_with_the_traced_mask(ops, batch, heads, t
         f"\n[{batch},{heads},{tokens},{dim}] error vs fp32: ours {ours:.4g}, sdpa {theirs:.4g}; "
         f"ms: kernel {kernel:.4f} ({flops / kernel / 1e9:.0f} TFLOP/s causal), "
         f"sdpa with the traced mask {masked:.4f}, sdpa causal {causal:.4f}"
+    )
+
+
+@pytest.fixture(scope="module")
+def conv_ops(tmp_path_factory):
+    from torch.utils.cpp_extension import load_inline
+
+    from cudagent.evaluator.build.extension import _cudnn_flags
+
+    include, ld = _cudnn_flags()  # cuDNN where the evaluator's build finds it (torch's nvidia/cudnn)
+    namespace = NAMESPACE + "_conv"
+    load_inline(
+        name=namespace,
+        cpp_sources=[CONV_BINDING_CPP.replace("NAMESPACE", namespace)],
+        cuda_sources=[CONV_CU],
+        extra_include_paths=[shlex.split(flag)[-1] for flag in include],  # "-isystem DIR"
+        extra_ldflags=ld,
+        extra_cuda_cflags=["-O3"],
+        build_directory=str(tmp_path_factory.mktemp("conv-build")),
+        is_python_module=False,
+    )
+    return getattr(torch.ops, namespace)
+
+
+@pytest.mark.parametrize(
+    ("batch", "inputs", "outputs", "size", "kernel", "stride", "residual", "relu"),
+    [
+        (32, 64, 64, 56, 3, 1, False, True),  # layer1's conv1 + bn1 + relu
+        (32, 64, 64, 56, 3, 1, True, True),  # its conv2 + bn2 + the residual + relu
+        (32, 256, 512, 14, 1, 2, False, False),  # layer4's downsample: conv + bn alone
+        (32, 3, 64, 224, 7, 2, False, True),  # the stem
+    ],
+)
+def test_convolution_with_its_batch_norm_matches_pytorch(
+    conv_ops, batch, inputs, outputs, size, kernel, stride, residual, relu
+):
+    torch.manual_seed(0)
+    padding = kernel // 2
+    conv = torch.nn.Conv2d(inputs, outputs, kernel, stride, padding, bias=False).cuda().eval()
+    bn = torch.nn.BatchNorm2d(outputs).cuda().eval()
+    with torch.no_grad():  # running statistics of a trained model, not the defaults
+        bn.running_mean.normal_(0, 0.1)
+        bn.running_var.uniform_(0.5, 1.5)
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.normal_(0, 0.1)
+    x = torch.randn(batch, inputs, size, size, device="cuda")
+    out_size = (size + 2 * padding - kernel) // stride + 1
+    res = torch.randn(batch, outputs, out_size, out_size, device="cuda") if residual else None
+
+    def reference():
+        y = bn(conv(x))
+        y = y + res if res is not None else y
+        return torch.relu(y) if relu else y
+
+    def ours():
+        return conv_ops.conv_bn_act(
+            x,
+            conv.weight,
+            bn.weight,
+            bn.bias,
+            bn.running_mean,
+            bn.running_var,
+            res,
+            [stride, stride],
+            [padding, padding],
+            bn.eps,
+            relu,
+        )
+
+    with torch.no_grad():
+        expected, got = reference(), ours()
+        torch.backends.cudnn.allow_tf32 = False
+        exact = reference()
+        torch.backends.cudnn.allow_tf32 = True
+    assert got.shape == expected.shape
+    ours_error, theirs = (got - exact).abs().max().item(), (expected - exact).abs().max().item()
+    assert ours_error <= 2 * theirs + 1e-4, (ours_error, theirs)  # TF32 both, as PyTorch's default
+    with torch.no_grad():
+        kernel_ms, eager_ms = _ms(ours), _ms(reference)
+    print(
+        f"\nconv {inputs}->{outputs} k{kernel} s{stride} at {size}, residual {residual}, relu {relu}: error vs fp32 "
+        f"ours {ours_error:.3g}, PyTorch {theirs:.3g}; ms: ours {kernel_ms:.4f}, PyTorch eager {eager_ms:.4f}"
     )
