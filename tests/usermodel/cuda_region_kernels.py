@@ -1,4 +1,4 @@
-"""Known-good bf16 CUDA kernels for fusion regions of transformer models, as a scripted policy writes them for a
+"""Known-good CUDA kernels for fusion regions of transformer models and ResNets, as a scripted policy writes them for a
 region task (the task's forward: the region's aten calls; its weights file: the parameters' names and shapes):
 
 - a GEMM with GPT-2's bias + tanh-GELU epilogue (transformers' Conv1D, W[K,N]): one cuBLASLt matmul with the
@@ -8,6 +8,9 @@ region task (the task's forward: the region's aten calls; its weights file: the 
 - attention whose mask the task builds from shapes alone (a traced transformers model's causal mask, folded into
   the region): a causal FlashAttention-2-style kernel of its own (mma.sync tensor cores, the softmax online in
   registers, the key blocks above the diagonal never read), writing the transpose and reshape that follow;
+- Llama's RMSNorm with the residual add before it (one pass a row: the sum written, the norm from it) and its q/k
+  projections with the rotary embedding (the GEMM by cuBLASLt, then the rotation in place), rounded where the model
+  rounds (what inductor fuses too: kept only if the proof finds them faster);
 - a convolution region of a ResNet in fp32 (conv2d, its batch norm in eval mode, a residual add, a ReLU, or two such
   convolutions joined by the add): each convolution one cuDNN call with the batch norm folded into its weights and
   bias by a kernel of its own, the residual and the ReLU fused into the call (cudnnConvolutionBiasActivationForward).
@@ -145,6 +148,142 @@ extern "C" cudaError_t silu_mul_launch(void* out, const void* gate, const void* 
     if (total > 0)
         silu_mul<<<blocks, 256, 0, s>>>((__nv_bfloat16*)out, (const __nv_bfloat16*)gate,
                                         (const __nv_bfloat16*)up, total);
+    return cudaGetLastError();
+}
+"""
+
+NORM_ROTARY_CU = r"""// RMSNorm with its residual add, and the rotary projection, bf16 in and out, rounded as the model
+// rounds.
+//
+// add_rmsnorm: sum = bf16(x + r) (written: the residual stream goes on), out = bf16(w * bf16(sum * rstd)),
+// rstd = rsqrt(mean(sum^2) + eps) in fp32; r null: the norm of x alone. One block a row, 16-byte loads.
+// rotary: on y [B, T, H, D] (the projection's output), in place, or each head written `repeats` times as
+// [B, H, repeats, T, D] (GQA's repeat of k for attention), for i < D/2:
+// y[i] <- bf16(bf16(y[i] cos[i]) + bf16(-y[i+D/2] sin[i])),
+// y[i+D/2] <- bf16(bf16(y[i+D/2] cos[i+D/2]) + bf16(y[i] sin[i+D/2]))
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ float rounded(float v) { return __bfloat162float(__float2bfloat16(v)); }
+
+template <int THREADS>
+__device__ float block_sum(float v) {
+    __shared__ float partial[THREADS / 32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float total = 0.f;
+#pragma unroll
+    for (int i = 0; i < THREADS / 32; ++i) total += partial[i];
+    return total;
+}
+
+template <int THREADS>
+__global__ void add_rmsnorm_kernel(const bf16* __restrict__ x, const bf16* __restrict__ r, const bf16* __restrict__ w,
+                                   bf16* __restrict__ sum, bf16* __restrict__ out, int64_t cols, float eps,
+                                   bool vec) {
+    const int64_t base = blockIdx.x * cols;
+    float sq = 0.f;
+    if (vec) {  // eight values a load
+        for (int64_t c = threadIdx.x * 8; c < cols; c += THREADS * 8) {
+            uint4 xv = *reinterpret_cast<const uint4*>(x + base + c);
+            bf16* xs = reinterpret_cast<bf16*>(&xv);
+            if (r != nullptr) {
+                const uint4 rv = *reinterpret_cast<const uint4*>(r + base + c);
+                const bf16* rs = reinterpret_cast<const bf16*>(&rv);
+#pragma unroll
+                for (int j = 0; j < 8; ++j) xs[j] = __float2bfloat16(__bfloat162float(xs[j]) + __bfloat162float(rs[j]));
+                *reinterpret_cast<uint4*>(sum + base + c) = xv;
+            }
+#pragma unroll
+            for (int j = 0; j < 8; ++j) sq += __bfloat162float(xs[j]) * __bfloat162float(xs[j]);
+        }
+    } else {
+        for (int64_t c = threadIdx.x; c < cols; c += THREADS) {
+            float v = __bfloat162float(x[base + c]);
+            if (r != nullptr) {
+                v = rounded(v + __bfloat162float(r[base + c]));
+                sum[base + c] = __float2bfloat16(v);
+            }
+            sq += v * v;
+        }
+    }
+    const float rstd = rsqrtf(block_sum<THREADS>(sq) / (float)cols + eps);
+    const bf16* src = r != nullptr ? sum : x;  // each thread reads back only what it wrote itself
+    if (vec) {
+        for (int64_t c = threadIdx.x * 8; c < cols; c += THREADS * 8) {
+            const uint4 sv = *reinterpret_cast<const uint4*>(src + base + c);
+            const uint4 wv = *reinterpret_cast<const uint4*>(w + c);
+            const bf16* ss = reinterpret_cast<const bf16*>(&sv);
+            const bf16* ws = reinterpret_cast<const bf16*>(&wv);
+            uint4 ov;
+            bf16* os = reinterpret_cast<bf16*>(&ov);
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                os[j] = __float2bfloat16(__bfloat162float(ws[j]) * rounded(__bfloat162float(ss[j]) * rstd));
+            *reinterpret_cast<uint4*>(out + base + c) = ov;
+        }
+    } else {
+        for (int64_t c = threadIdx.x; c < cols; c += THREADS)
+            out[base + c] =
+                __float2bfloat16(__bfloat162float(w[c]) * rounded(__bfloat162float(src[base + c]) * rstd));
+    }
+}
+
+extern "C" cudaError_t add_rmsnorm_launch(const void* x, const void* r, const void* w, void* sum, void* out,
+                                          int64_t rows, int64_t cols, float eps, cudaStream_t s) {
+    // 16-byte loads where every row starts 16-byte aligned
+    bool vec = cols % 8 == 0;
+    for (const void* p : {x, r, w, (const void*)sum, (const void*)out}) vec = vec && (uintptr_t)p % 16 == 0;
+    if (rows > 0)
+        add_rmsnorm_kernel<256><<<(unsigned)rows, 256, 0, s>>>((const bf16*)x, (const bf16*)r, (const bf16*)w,
+                                                               (bf16*)sum, (bf16*)out, cols, eps, vec);
+    return cudaGetLastError();
+}
+
+__global__ void rotary_kernel(const bf16* __restrict__ src, bf16* __restrict__ dst, const bf16* __restrict__ cos,
+                              const bf16* __restrict__ sin, int64_t rows, int64_t tokens, int64_t heads, int64_t dim,
+                              int64_t batch_stride, int64_t token_stride, int repeats) {
+    const int64_t row = blockIdx.x * (int64_t)blockDim.y + threadIdx.y;  // one (b, t, h) a row of D values
+    if (row >= rows) return;
+    const int64_t h = row % heads, t = (row / heads) % tokens, b = row / (heads * tokens);
+    const bf16* q = src + row * dim;
+    const bf16* c = cos + b * batch_stride + t * token_stride;
+    const bf16* sn = sin + b * batch_stride + t * token_stride;
+    const int64_t half = dim / 2;
+    for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+        const float q1 = __bfloat162float(q[i]), q2 = __bfloat162float(q[i + half]);
+        const bf16 first =
+            __float2bfloat16(rounded(q1 * __bfloat162float(c[i])) + rounded(-q2 * __bfloat162float(sn[i])));
+        const bf16 second = __float2bfloat16(rounded(q2 * __bfloat162float(c[i + half])) +
+                                             rounded(q1 * __bfloat162float(sn[i + half])));
+        if (repeats == 0) {  // in place: [B, T, H, D]
+            bf16* out = dst + row * dim;
+            out[i] = first;
+            out[i + half] = second;
+        } else {  // each head `repeats` times, heads first: [B, H, repeats, T, D]
+            for (int r = 0; r < repeats; ++r) {
+                bf16* out = dst + (((b * heads + h) * repeats + r) * tokens + t) * dim;
+                out[i] = first;
+                out[i + half] = second;
+            }
+        }
+    }
+}
+
+extern "C" cudaError_t rotary_launch(const void* src, void* dst, const void* cos, const void* sin, int64_t batch,
+                                     int64_t tokens, int64_t heads, int64_t dim, int64_t batch_stride,
+                                     int64_t token_stride, int repeats, cudaStream_t s) {
+    const int64_t rows = batch * tokens * heads;
+    const dim3 block(32, 8);
+    if (rows > 0)
+        rotary_kernel<<<(unsigned)((rows + 7) / 8), block, 0, s>>>((const bf16*)src, (bf16*)dst, (const bf16*)cos,
+                                                                   (const bf16*)sin, rows, tokens, heads, dim,
+                                                                   batch_stride, token_stride, repeats);
     return cudaGetLastError();
 }
 """
@@ -393,6 +532,12 @@ extern "C" cudaError_t causal_attention_launch(const void* q, const void* k, con
                                                int heads, int tokens, int dim, const int64_t* strides, float scale,
                                                cudaStream_t stream);
 
+extern "C" cudaError_t add_rmsnorm_launch(const void* x, const void* r, const void* w, void* sum, void* out,
+                                          int64_t rows, int64_t cols, float eps, cudaStream_t s);
+extern "C" cudaError_t rotary_launch(const void* src, void* dst, const void* cos, const void* sin, int64_t batch,
+                                     int64_t tokens, int64_t heads, int64_t dim, int64_t batch_stride,
+                                     int64_t token_stride, int repeats, cudaStream_t s);
+
 static constexpr size_t WORKSPACE = 32u << 20;
 
 static void expect(const torch::Tensor& t) {
@@ -468,7 +613,77 @@ static torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tenso
     return out;
 }
 
+// the residual add and RMSNorm over the last dimension: (x + r, w * norm(x + r)), rounded as the model rounds
+static std::tuple<torch::Tensor, torch::Tensor> add_rmsnorm(const torch::Tensor& x, const torch::Tensor& r,
+                                                            const torch::Tensor& w, double eps) {
+    expect(x), expect(r), expect(w);
+    TORCH_CHECK(r.sizes() == x.sizes() && w.dim() == 1 && w.size(0) == x.size(-1), "shapes do not match");
+    const c10::cuda::CUDAGuard guard(x.device());
+    auto sum = torch::empty_like(x), out = torch::empty_like(x);
+    const int64_t cols = x.size(-1);
+    const cudaError_t err = add_rmsnorm_launch(x.data_ptr(), r.data_ptr(), w.data_ptr(), sum.data_ptr(),
+                                               out.data_ptr(), x.numel() / cols, cols, (float)eps,
+                                               c10::cuda::getCurrentCUDAStream().stream());
+    TORCH_CHECK(err == cudaSuccess, "add_rmsnorm kernel: ", cudaGetErrorString(err));
+    return {sum, out};
+}
+
+static torch::Tensor rmsnorm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+    expect(x), expect(w);
+    TORCH_CHECK(w.dim() == 1 && w.size(0) == x.size(-1), "shapes do not match");
+    const c10::cuda::CUDAGuard guard(x.device());
+    auto out = torch::empty_like(x);
+    const int64_t cols = x.size(-1);
+    const cudaError_t err = add_rmsnorm_launch(x.data_ptr(), nullptr, w.data_ptr(), nullptr, out.data_ptr(),
+                                               x.numel() / cols, cols, (float)eps,
+                                               c10::cuda::getCurrentCUDAStream().stream());
+    TORCH_CHECK(err == cudaSuccess, "rmsnorm kernel: ", cudaGetErrorString(err));
+    return out;
+}
+
+// a projection x[B, T, K] W[H*D, K]^T with the rotary embedding applied to each head (cos, sin [Bc, 1, T, D]): the
+// GEMM by cuBLASLt, then the rotation, in place as [B, T, H, D] (repeats 0), or each head repeated for GQA's
+// attention as [B, H * repeats, T, D]
+static torch::Tensor linear_rotary(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& cos,
+                                   const torch::Tensor& sin, int64_t repeats) {
+    expect(x), expect(w);
+    for (const auto* t : {&cos, &sin})
+        TORCH_CHECK(t->is_cuda() && t->scalar_type() == torch::kBFloat16 && t->dim() == 4 && t->stride(3) == 1,
+                    "cos and sin: bfloat16 CUDA tensors [B or 1, 1, T, D] with the last dimension contiguous");
+    TORCH_CHECK(sin.sizes() == cos.sizes() && sin.strides() == cos.strides(), "cos and sin differ in layout");
+    TORCH_CHECK(x.dim() == 3 && w.size(1) == x.size(2) && repeats >= 0, "x [B, T, K], W [N, K], repeats >= 0");
+    const int64_t batch = x.size(0), tokens = x.size(1), k = x.size(2), n = w.size(0), dim = cos.size(3);
+    TORCH_CHECK(dim % 2 == 0 && n % dim == 0 && cos.size(2) == tokens && (cos.size(0) == 1 || cos.size(0) == batch),
+                "cos and sin do not match the projection");
+    const c10::cuda::CUDAGuard guard(x.device());
+    const int64_t heads = n / dim;
+    auto y = torch::empty({batch, tokens, heads, dim}, x.options());
+    gemm(x, w, true, nullptr, 0, y, batch * tokens, n, k);
+    auto out = repeats == 0 ? y : torch::empty({batch, heads * repeats, tokens, dim}, x.options());
+    const cudaError_t err = rotary_launch(y.data_ptr(), out.data_ptr(), cos.data_ptr(), sin.data_ptr(), batch, tokens,
+                                          heads, dim, cos.size(0) == 1 ? 0 : cos.stride(0), cos.stride(2),
+                                          (int)repeats, c10::cuda::getCurrentCUDAStream().stream());
+    TORCH_CHECK(err == cudaSuccess, "rotary kernel: ", cudaGetErrorString(err));
+    return out;
+}
+
 // shapes alone, for tracing (torch.compile, the put-back)
+static std::tuple<torch::Tensor, torch::Tensor> add_rmsnorm_meta(const torch::Tensor& x, const torch::Tensor& r,
+                                                                 const torch::Tensor& w, double eps) {
+    return {torch::empty_like(x), torch::empty_like(x)};
+}
+
+static torch::Tensor rmsnorm_meta(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+    return torch::empty_like(x);
+}
+
+static torch::Tensor linear_rotary_meta(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& cos,
+                                        const torch::Tensor& sin, int64_t repeats) {
+    const int64_t dim = cos.size(3), heads = w.size(0) / dim;
+    if (repeats == 0) return torch::empty({x.size(0), x.size(1), heads, dim}, x.options());
+    return torch::empty({x.size(0), heads * repeats, x.size(1), dim}, x.options());
+}
+
 static torch::Tensor conv1d_gelu_meta(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
     return torch::empty(with_last(x, w.size(1)), x.options());
 }
@@ -486,18 +701,27 @@ TORCH_LIBRARY(NAMESPACE, m) {
     m.def("conv1d_gelu(Tensor x, Tensor w, Tensor b) -> Tensor");
     m.def("swiglu(Tensor x, Tensor wg, Tensor wu) -> Tensor");
     m.def("causal_attention(Tensor q, Tensor k, Tensor v, float scale) -> Tensor");
+    m.def("add_rmsnorm(Tensor x, Tensor r, Tensor w, float eps) -> (Tensor, Tensor)");
+    m.def("rmsnorm(Tensor x, Tensor w, float eps) -> Tensor");
+    m.def("linear_rotary(Tensor x, Tensor w, Tensor cos, Tensor sin, int repeats) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(NAMESPACE, CUDA, m) {
     m.impl("conv1d_gelu", &conv1d_gelu);
     m.impl("swiglu", &swiglu);
     m.impl("causal_attention", &causal_attention);
+    m.impl("add_rmsnorm", &add_rmsnorm);
+    m.impl("rmsnorm", &rmsnorm);
+    m.impl("linear_rotary", &linear_rotary);
 }
 
 TORCH_LIBRARY_IMPL(NAMESPACE, Meta, m) {
     m.impl("conv1d_gelu", &conv1d_gelu_meta);
     m.impl("swiglu", &swiglu_meta);
     m.impl("causal_attention", &causal_attention_meta);
+    m.impl("add_rmsnorm", &add_rmsnorm_meta);
+    m.impl("rmsnorm", &rmsnorm_meta);
+    m.impl("linear_rotary", &linear_rotary_meta);
 }
 """
 
@@ -691,9 +915,7 @@ def model_new(task: str) -> str | None:
     )
     if is_convolution(task):
         call = convolution_call(task, namespace(task))
-        return (
-            None if call is None else MODEL_NEW.format(params=params, call=call, namespace="", args=forward_args(task))
-        )
+        return None if call is None else MODEL_NEW.format(params=params, call=call, args=forward_args(task))
     if any(v.dtype != torch.bfloat16 for v in state.values()):
         return None
     args = "x"
@@ -704,7 +926,10 @@ def model_new(task: str) -> str | None:
         args, call = "q, k, v", f"torch.ops.{namespace(task)}.causal_attention(q, k, v, {float(scale.group(1))!r})"
         if calls[-1] == "view":  # GPT-2's view for the projection after it
             call += f".view({views[-1]})"
-        return MODEL_NEW.format(params="", call=call, namespace=namespace(task), args=args)
+        return MODEL_NEW.format(params="", call=call, args=args)
+    norm_or_rotary = _norm_or_rotary(task, calls, state)
+    if norm_or_rotary is not None:
+        return MODEL_NEW.format(params=params, call=norm_or_rotary, args=forward_args(task))
     if "addmm" in calls and "tanh" in calls and len(state) == 2:  # GPT-2's Conv1D + bias + tanh GELU
         w = next(k for k, v in state.items() if v.dim() == 2)
         b = next(k for k, v in state.items() if v.dim() == 1)
@@ -717,7 +942,41 @@ def model_new(task: str) -> str | None:
         return None
     if calls[-1] == "view":  # the region ends in a view of its result: the kernel's output, viewed alike
         call += f".view({views[-1]})"
-    return MODEL_NEW.format(params=params, call=call, namespace=namespace(task), args=args)
+    return MODEL_NEW.format(params=params, call=call, args=args)
+
+
+def _norm_or_rotary(task: str, calls: list[str], state: dict) -> str | None:
+    """ModelNew's forward for a Llama norm region (RMSNorm, with the residual add before it or not) or a projection
+    with its rotary embedding, as one expression; None for any other region."""
+    ns, inputs = namespace(task), [a.strip() for a in forward_args(task).split(",")]
+    if len(state) != 1:
+        return None
+    (w,) = state
+    if {"pow", "mean", "rsqrt"} <= set(calls) and "linear" not in calls:
+        eps = re.search(r"aten\.add\.Tensor\(mean\w*, ([0-9.e-]+)\)", task).group(1)
+        if calls[0] != "add" and len(inputs) == 1:
+            return f"torch.ops.{ns}.rmsnorm({inputs[0]}.contiguous(), self.{w}, {eps})"
+        if calls[0] != "add" or len(inputs) != 2:
+            return None
+        call = f"torch.ops.{ns}.add_rmsnorm({inputs[0]}.contiguous(), {inputs[1]}.contiguous(), self.{w}, {eps})"
+        residual = re.search(r"(\w+) = torch\.ops\.aten\.add\.Tensor\(", task).group(1)
+        pair = re.search(r"return \((\w+), (\w+)\)", task)
+        if pair is None:
+            return call + "[1]"
+        return call if pair.group(1) == residual else None
+    if calls[:1] == ["linear"] and {"neg", "cat", "slice", "transpose", "add"} <= set(calls):
+        x = re.search(r"aten\.linear\.default\((\w+), ", task)
+        cos = re.search(r"aten\.mul\.Tensor\(transpose_\w+, (\w+)\)", task)
+        sin = re.search(r"aten\.mul\.Tensor\(cat_\w+, (\w+)\)", task)
+        repeat = re.search(r"aten\.expand\.default\(unsqueeze_\w+, \[\d+, \d+, (\d+), \d+, \d+\]\)", task)
+        if not (x and cos and sin):
+            return None
+        args = f"{x.group(1)}.contiguous(), self.{w}, {cos.group(1)}, {sin.group(1)}"
+        if calls[-1] == "add":  # q: [B, T, H, D] in place, seen as [B, H, T, D]
+            return f"torch.ops.{ns}.linear_rotary({args}, 0).transpose(1, 2)"
+        if calls[-3:] == ["unsqueeze", "expand", "reshape"] and repeat:  # k, each head repeated for GQA
+            return f"torch.ops.{ns}.linear_rotary({args}, {repeat.group(1)})"
+    return None
 
 
 CONVOLUTION_OPS = {"conv2d", "batch_norm", "add", "relu_", "relu"}
@@ -819,6 +1078,7 @@ def solve(step: int, messages: list[dict]):
         files = {
             "kernels/region_lt.cpp": LT_CPP,
             "kernels/region.cu": SWIGLU_CU,
+            "kernels/norm_rotary.cu": NORM_ROTARY_CU,
             "kernels/attention.cu": ATTENTION_CU,
             "kernels/region_binding.cpp": BINDING_CPP,
         }

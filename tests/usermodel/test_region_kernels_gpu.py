@@ -2,7 +2,9 @@
 C++ operators, the causal attention kernel checked against SDPA with the mask a traced model builds, on Llama's
 and GPT-2's attention shapes (and a length that is not a multiple of the block), with the query in the layout the
 model hands it (a transposed view), and timed beside SDPA with that mask and SDPA's own causal path (CUDA events,
-medians), printed for the committed log."""
+medians); Llama's residual RMSNorm and its projections with the rotary embedding (k with GQA's repeat) against the
+model's arithmetic and timed beside torch.compile; ResNet's convolution with its batch norm folded against PyTorch's
+in TF32, as PyTorch runs it. Printed for the committed log."""
 
 from __future__ import annotations
 
@@ -13,7 +15,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.usermodel.cuda_region_kernels import ATTENTION_CU, BINDING_CPP, CONV_BINDING_CPP, CONV_CU, LT_CPP, SWIGLU_CU
+from tests.usermodel.cuda_region_kernels import (
+    ATTENTION_CU,
+    BINDING_CPP,
+    CONV_BINDING_CPP,
+    CONV_CU,
+    LT_CPP,
+    NORM_ROTARY_CU,
+    SWIGLU_CU,
+)
 
 NAMESPACE = "region_kernels_check"
 
@@ -25,7 +35,7 @@ def ops(tmp_path_factory):
     load_inline(
         name=NAMESPACE,
         cpp_sources=[BINDING_CPP.replace("NAMESPACE", NAMESPACE), LT_CPP],
-        cuda_sources=[ATTENTION_CU, SWIGLU_CU],
+        cuda_sources=[ATTENTION_CU, SWIGLU_CU, NORM_ROTARY_CU],
         extra_ldflags=["-lcublasLt"],
         extra_cuda_cflags=["-O3"],
         build_directory=str(tmp_path_factory.mktemp("build")),
@@ -165,3 +175,49 @@ def test_convolution_with_its_batch_norm_matches_pytorch(
         f"\nconv {inputs}->{outputs} k{kernel} s{stride} at {size}, residual {residual}, relu {relu}: error vs fp32 "
         f"ours {ours_error:.3g}, PyTorch {theirs:.3g}; ms: ours {kernel_ms:.4f}, PyTorch eager {eager_ms:.4f}"
     )
+
+
+def _rmsnorm(x, w, eps):  # LlamaRMSNorm's arithmetic
+    wide = x.float()
+    return w * (wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def test_rmsnorm_with_its_residual_matches_the_models_arithmetic(ops):
+    torch.manual_seed(0)
+    x, r = (torch.randn(16, 1024, 2048, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    w = torch.rand(2048, device="cuda", dtype=torch.bfloat16) + 0.5
+    total, normed = ops.add_rmsnorm(x, r, w, 1e-6)
+    assert torch.equal(total, x + r)  # the residual stream, exactly
+    # the mean's summation order differs: one bf16 rounding step at most
+    torch.testing.assert_close(normed, _rmsnorm(x + r, w, 1e-6), rtol=2**-7, atol=1e-3)
+    torch.testing.assert_close(ops.rmsnorm(x, w, 1e-6), _rmsnorm(x, w, 1e-6), rtol=2**-7, atol=1e-3)
+    compiled = torch.compile(lambda x, r: (x + r, _rmsnorm(x + r, w, 1e-6)))
+    compiled(x, r)
+    ours, theirs = _ms(lambda: ops.add_rmsnorm(x, r, w, 1e-6)), _ms(lambda: compiled(x, r))
+    print(f"\nadd + RMSNorm [16,1024,2048]: ours {ours:.4f} ms, torch.compile's fused kernel {theirs:.4f} ms")
+
+
+@pytest.mark.parametrize("repeats", [0, 4])
+def test_the_projection_with_its_rotary_embedding_matches_the_models_arithmetic(ops, repeats):
+    torch.manual_seed(0)
+    b, t, k, heads, d = 16, 1024, 2048, 16 if repeats == 0 else 4, 128
+    x = torch.randn(b, t, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(heads * d, k, device="cuda", dtype=torch.bfloat16) * k**-0.5
+    angles = torch.arange(t, device="cuda")[:, None] * torch.rand(d // 2, device="cuda")[None]
+    cos = torch.cat([angles.cos()] * 2, -1).to(torch.bfloat16)[None, None]
+    sin = torch.cat([angles.sin()] * 2, -1).to(torch.bfloat16)[None, None]
+
+    def reference():
+        y = F.linear(x, w).view(b, t, heads, d).transpose(1, 2)
+        y = y * cos + torch.cat([-y[..., d // 2 :], y[..., : d // 2]], -1) * sin
+        if repeats == 0:
+            return y
+        return y[:, :, None].expand(b, heads, repeats, t, d).reshape(b, heads * repeats, t, d)
+
+    got = ops.linear_rotary(x, w, cos, sin, repeats)
+    got = got.transpose(1, 2) if repeats == 0 else got
+    torch.testing.assert_close(got, reference(), rtol=2e-2, atol=2e-2)  # the GEMMs round alike, not to the bit
+    compiled = torch.compile(reference)
+    compiled()
+    ours, theirs = _ms(lambda: ops.linear_rotary(x, w, cos, sin, repeats)), _ms(compiled)
+    print(f"\nprojection + rotary, {heads} heads, repeats {repeats}: ours {ours:.4f} ms, torch.compile {theirs:.4f} ms")

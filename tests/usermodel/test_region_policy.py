@@ -1,7 +1,8 @@
 """The GPU region test's scripted policy (cuda_region_kernels.py) read against real region tasks on the CPU: every
-convolution region of ResNet-18 (examples/models/resnet.py) becomes a ModelNew of `conv_bn_act` calls, and that
-ModelNew, with the operator given a plain PyTorch body here, computes what the task's Model does. What the GPU run
-cannot afford to find out there: a region the policy misreads."""
+convolution region of ResNet-18 (examples/models/resnet.py) becomes a ModelNew of `conv_bn_act` calls, and a
+transformers Llama's norm and rotary regions one `add_rmsnorm`, `rmsnorm` or `linear_rotary` call each; each ModelNew,
+with the operators given PyTorch bodies that round where the kernels round, computes what the task's Model does (the
+Llama's to the bit). What the GPU run cannot afford to find out there: a region the policy misreads."""
 
 from __future__ import annotations
 
@@ -30,16 +31,22 @@ def _conv_bn_act(x, w, gamma, beta, mean, var, residual, stride, padding, eps, r
 
 
 @pytest.fixture(scope="module")
-def conv_op():
+def extension():
+    """What model_new.py imports: here, nothing (the operators are registered with PyTorch bodies below)."""
+    sys.modules["cuda_extension"] = types.ModuleType("cuda_extension")
+    yield
+    sys.modules.pop("cuda_extension", None)
+
+
+@pytest.fixture(scope="module")
+def conv_op(extension):
     library = torch.library.Library(NAMESPACE, "DEF")
     library.define(
         "conv_bn_act(Tensor x, Tensor w, Tensor gamma, Tensor beta, Tensor mean, Tensor var, Tensor? residual, "
         "int[] stride, int[] padding, float eps, bool relu) -> Tensor"
     )
     library.impl("conv_bn_act", _conv_bn_act, "CPU")
-    sys.modules["cuda_extension"] = types.ModuleType("cuda_extension")  # what model_new.py imports
-    yield
-    del sys.modules["cuda_extension"]
+    return library
 
 
 def test_every_convolution_region_of_resnet18_is_one_call_per_convolution(conv_op, tmp_path):
@@ -76,3 +83,80 @@ def test_every_convolution_region_of_resnet18_is_one_call_per_convolution(conv_o
         with torch.no_grad():
             torch.testing.assert_close(mine(*inputs), reference(*inputs), rtol=1e-4, atol=1e-4)
     assert adds >= 8  # every block's second convolution takes its residual
+
+
+LLAMA_NAMESPACE = "llama_policy_check"
+
+
+def _add_rmsnorm(x, r, w, eps):
+    total = x + r
+    return total, _rmsnorm(total, w, eps)
+
+
+def _rmsnorm(x, w, eps):
+    wide = x.float()
+    return w * (wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def _linear_rotary(x, w, cos, sin, repeats):
+    b, t, _ = x.shape
+    y = F.linear(x, w).view(b, t, -1, cos.shape[-1]).transpose(1, 2)
+    half = cos.shape[-1] // 2
+    rotated = torch.cat([-y[..., half:], y[..., :half]], dim=-1)
+    y = y * cos + rotated * sin  # [B, H, T, D]
+    if repeats == 0:
+        return y.transpose(1, 2).contiguous()  # [B, T, H, D], as the kernel writes it
+    h, d = y.shape[1], y.shape[3]
+    return y[:, :, None].expand(b, h, repeats, t, d).reshape(b, h * repeats, t, d)
+
+
+@pytest.fixture(scope="module")
+def llama_ops(extension):
+    library = torch.library.Library(LLAMA_NAMESPACE, "DEF")
+    library.define("add_rmsnorm(Tensor x, Tensor r, Tensor w, float eps) -> (Tensor, Tensor)")
+    library.define("rmsnorm(Tensor x, Tensor w, float eps) -> Tensor")
+    library.define("linear_rotary(Tensor x, Tensor w, Tensor cos, Tensor sin, int repeats) -> Tensor")
+    for name, body in (("add_rmsnorm", _add_rmsnorm), ("rmsnorm", _rmsnorm), ("linear_rotary", _linear_rotary)):
+        library.impl(name, body, "CPU")
+    return library
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_llamas_norm_and_rotary_regions_become_one_call_each(llama_ops, tmp_path):
+    import transformers
+
+    from cudagent.usermodel.modelrun import ModelRequest
+
+    config = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2)
+    transformers.LlamaConfig(**config, num_hidden_layers=2, vocab_size=500).save_pretrained(tmp_path / "llama")
+    user = ModelRequest(hf=str(tmp_path / "llama"), inputs="input_ids=i64[2,32]<500").load()
+    model, args, kwargs = user.make(seed=0, device="cpu", dtype="bfloat16")
+    program = capture(model, args, kwargs)
+    values = record_values(program, args, kwargs)
+    served = []
+    for i, region in enumerate(group(program)):
+        gm = region_module(program, region)
+        path = write_task(region, gm, values, tmp_path, f"region_{i}", f"bind as TORCH_LIBRARY({LLAMA_NAMESPACE}, m)")
+        text = path.read_text()
+        source = model_new(text)
+        if source is None or not any(f".{op}(" in source for op in ("add_rmsnorm", "rmsnorm", "linear_rotary")):
+            continue
+        served.append(next(op for op in ("add_rmsnorm", "rmsnorm", "linear_rotary") if f".{op}(" in source))
+        (tmp_path / f"region_{i}_new.py").write_text(source)
+        reference = load_task(path).module.Model()
+        mine = _load(tmp_path / f"region_{i}_new.py", f"region_{i}_new").ModelNew()
+        mine.load_state_dict(reference.state_dict())
+        inputs = [values[n] for n in region.inputs]
+        with torch.no_grad():
+            expected, got = reference(*inputs), mine(*inputs)
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)  # rounded where the model rounds: the same bits
+    # the first layer's own norm; the residual norms after each attention, before the second layer and the final one;
+    # q and k of both layers
+    assert served.count("rmsnorm") == 1 and served.count("add_rmsnorm") == 4, served
+    assert served.count("linear_rotary") == 4, served
