@@ -38,7 +38,7 @@ def workspace(task, solution: Path, root: Path):
 
 
 def timed_build(ws, device) -> float:
-    from cudagent.evaluator.build.extension import build_workspace
+    from cudagent.evaluator.toolchain.extension import build_workspace
 
     start = time.monotonic()
     result = build_workspace(ws, device)
@@ -51,7 +51,7 @@ def one_run(task, solution: Path, device, scratch: Path) -> dict:
     cold = timed_build(workspace(task, solution, scratch / "first"), device)
     second = workspace(task, solution, scratch / "second")
     warm = timed_build(second, device)
-    from cudagent.evaluator.build.pch import leading_system_include
+    from cudagent.evaluator.toolchain.pch import leading_system_include
 
     units = sorted(p for p in second.kernels_dir.iterdir() if p.suffix == ".cpp")
     kernel = next((p for p in units if leading_system_include(p.read_text())), units[0])  # the torch-including one

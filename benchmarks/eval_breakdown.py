@@ -177,7 +177,7 @@ def _timed(command: str, cwd: Path) -> dict:
 def build(scratch: Path, inline_dir: Path | None) -> dict:
     from cudagent.device.info import resolve_device
     from cudagent.evaluator import EvalOptions, Evaluator
-    from cudagent.evaluator.build.extension import build_workspace
+    from cudagent.evaluator.toolchain.extension import build_workspace
     from cudagent.task import load_task
     from cudagent.workspace import Workspace
 
@@ -221,7 +221,7 @@ def build(scratch: Path, inline_dir: Path | None) -> dict:
 
 def _inline_folders(ws, device):
     """The build.ninja files of the machine's builds of the candidate's load_inline calls."""
-    from cudagent.evaluator.build.inline import extract, folder_for
+    from cudagent.evaluator.toolchain.inline import extract, folder_for
 
     for spec in extract(ws.model_new_py.read_text())[0]:
         ninja = folder_for(spec, device) / "build.ninja"

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def commands(folder: Path) -> dict[str, list[str]]:
-    from cudagent.evaluator.build.extension import _ninja_binary
+    from cudagent.evaluator.toolchain.extension import _ninja_binary
 
     out = subprocess.run([_ninja_binary(), "-C", str(folder), "-t", "commands"], capture_output=True, text=True)
     found = {}
@@ -67,7 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     from benchmarks.eval_cycle import machine_state
     from cudagent.device.info import resolve_device
-    from cudagent.evaluator.build import inline
+    from cudagent.evaluator.toolchain import inline
 
     source = (args.kernelbench / "src/kernelbench/prompts/few_shot" / f"model_new_ex_{args.solution}.py").read_text()
     (spec,), _ = inline.extract(source)
@@ -86,7 +86,7 @@ def main() -> None:
         light.write_text((folder / "cuda.cu").read_text().replace("#include <torch/extension.h>", "", 1))
         light_argv = [a if not a.endswith("cuda.cu") else str(light) for a in strip(nvcc)]
         result["runs"]["nvcc_types_h_only"] = timed(light_argv + out, folder, folder / "t3.csv")
-        plain = [a for a in strip(cxx) if a not in ("-m", "cudagent.evaluator.build.objcache")]
+        plain = [a for a in strip(cxx) if a not in ("-m", "cudagent.evaluator.toolchain.objcache")]
         plain = plain[1:] if plain[0] == sys.executable or plain[0].endswith("python3") else plain
         result["runs"]["gxx_main_cpp_no_pch"] = timed(plain + out, folder)
     result["spec"] = {"name": spec.name, "cuda_lines": sum(s.count("\n") for s in spec.cuda_sources)}

@@ -50,7 +50,7 @@ def kb_times(timing, source: str, model_new_source: str | None, prebuilt: Path |
         model = Model(*init).to(device)
         targets = {"eager": model, "compile": torch.compile(model)}
         if model_new_source is not None:
-            from cudagent.evaluator.build.inline import install
+            from cudagent.evaluator.toolchain.inline import install
 
             install(str(prebuilt))  # the module cudagent built: both harnesses time one binary
             context: dict = {}
@@ -144,7 +144,7 @@ def ours_candidate(task, model_new: Path, scratch: Path) -> tuple[dict, Path]:
 def _prebuilt(ws, folder: Path) -> Path:
     """The modules cudagent built for the candidate's load_inline calls, laid out as a hand-in holds them (by key)."""
     from cudagent.device.info import resolve_device
-    from cudagent.evaluator.build.inline import extract, folder_for, module_path
+    from cudagent.evaluator.toolchain.inline import extract, folder_for, module_path
 
     specs, _ = extract(ws.model_new_py.read_text())
     for spec in specs:

@@ -11,7 +11,7 @@ import pytest
 import cudagent.evaluator.jail.level as jail_level
 from cudagent.device.info import resolve_device
 from cudagent.errors import EnvironmentProblem
-from cudagent.evaluator.build.extension import build_workspace, toolchain_for
+from cudagent.evaluator.toolchain.extension import build_workspace, toolchain_for
 from cudagent.workspace import Workspace
 
 KERNEL = """#include <pybind11/pybind11.h>
@@ -175,7 +175,7 @@ def test_the_compiler_cache_stores_no_failed_unit_and_can_be_switched_off(tmp_pa
 
 
 def test_the_oldest_build_folders_go_beyond_the_newest_kept(tmp_path):
-    from cudagent.evaluator.build.extension import trim_build_folders
+    from cudagent.evaluator.toolchain.extension import trim_build_folders
 
     for i in range(7):
         (tmp_path / f"ws-{i}").mkdir()

@@ -1,12 +1,12 @@
 """The build cache keeps to its size: the least recently used objects and precompiled headers go first, and a
-unit copied from the cache counts as used (cudagent/evaluator/build/objcache.py)."""
+unit copied from the cache counts as used (cudagent/evaluator/toolchain/objcache.py)."""
 
 import os
 import shutil
 
 import pytest
 
-from cudagent.evaluator.build.objcache import compile_unit, max_bytes, trim
+from cudagent.evaluator.toolchain.objcache import compile_unit, max_bytes, trim
 
 
 def _entry(root, rel: str, size: int, age_s: float):

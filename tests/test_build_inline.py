@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch.utils.cpp_extension as cpp_extension
 
-from cudagent.evaluator.build.inline import InlineSpec, NotBuilt, extract, folder_for, install, module_path
+from cudagent.evaluator.toolchain.inline import InlineSpec, NotBuilt, extract, folder_for, install, module_path
 
 REPO = Path(__file__).resolve().parent.parent
 CONTROL = REPO / "tests" / "adversarial" / "cases" / "control_inline_cpu" / "model_new.py"

@@ -138,3 +138,15 @@ def test_command_modules_do_not_import_each_other():
     commands = {m for m in edges if m.startswith("cudagent.cli.") and m not in shared}
     assert len(commands) >= 8
     assert [f"{m} -> {t}" for m in sorted(commands) for t in sorted(edges[m]) if t in commands] == []
+
+
+# Directory names the usual Python .gitignore templates and code-structure tools treat as generated output: a package
+# directory so named is lost by a fork that adopts such a template, and skipped by those tools.
+OUTPUT_LIKE = {"build", "dist", "downloads", "eggs", "lib", "lib64", "parts", "sdist", "var", "wheels", "env", "venv"}
+OUTPUT_LIKE |= {"htmlcov", "site", "out", "target", "bin", "obj", "__pypackages__"}
+
+
+def test_no_package_directory_is_named_like_build_output():
+    named = sorted(str(p.relative_to(ROOT.parent)) for p in ROOT.rglob("*") if p.is_dir() and p.name in OUTPUT_LIKE)
+    assert not named, f"rename these: {named}"
+    assert (ROOT / "evaluator" / "toolchain" / "extension.py").is_file()  # the compiler driver's room

@@ -1,5 +1,6 @@
-"""Precompiled headers in the compiler cache (cudagent/evaluator/build/pch.py), with the real g++ on a small stand-in
-for torch's headers: made on the second miss, used only where exact, made again when a header it read changes."""
+"""Precompiled headers in the compiler cache (cudagent/evaluator/toolchain/pch.py), with the real g++ on a small
+stand-in for torch's headers: made on the second miss, used only where exact, made again when a header it read
+changes."""
 
 import os
 import shutil
@@ -8,8 +9,8 @@ import time
 
 import pytest
 
-from cudagent.evaluator.build.objcache import _compiler_identity, compile_unit
-from cudagent.evaluator.build.pch import PchStore, leading_system_include
+from cudagent.evaluator.toolchain.objcache import _compiler_identity, compile_unit
+from cudagent.evaluator.toolchain.pch import PchStore, leading_system_include
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 

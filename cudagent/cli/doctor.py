@@ -123,8 +123,8 @@ def _prepare_machine(device: str) -> list[dict]:
     from cudagent.device.info import resolve_device
     from cudagent.errors import EnvironmentProblem
     from cudagent.evaluator.audit.link_audit import baseline_symbols
-    from cudagent.evaluator.build import pch
     from cudagent.evaluator.timing.peaks import device_peaks
+    from cudagent.evaluator.toolchain import pch
 
     info = resolve_device(device)
     made = []

@@ -26,12 +26,12 @@ import traceback
 import torch
 
 import cudagent.evaluator.audit.runtime_audit as audit
-import cudagent.evaluator.build.inline as inline
 import cudagent.evaluator.host_ops as host_ops
 import cudagent.evaluator.jail.confine as confine
 import cudagent.evaluator.jail.privileges as isolation
 import cudagent.evaluator.timing.measure as measure
 import cudagent.evaluator.timing.parent_clock as parent_clock
+import cudagent.evaluator.toolchain.inline as inline
 import cudagent.evaluator.transforms as transforms
 import cudagent.evaluator.wire as wire
 import cudagent.trees as trees

@@ -44,13 +44,6 @@ from cudagent.errors import TaskError
 from cudagent.evaluator.audit.link_audit import audit_library, baseline_symbols, inspect_library
 from cudagent.evaluator.audit.nullcheck import null_candidates
 from cudagent.evaluator.audit.sources import audited, read_candidate
-from cudagent.evaluator.build.candidate import build_candidate
-from cudagent.evaluator.build.extension import (
-    DEFAULT_BUILD_TIMEOUT_S,
-    BuildResult,
-    toolchain_for,
-    toolchain_paths,
-)
 from cudagent.evaluator.compare import Tolerance
 from cudagent.evaluator.jail.cell import Cell, HandIn
 from cudagent.evaluator.jail.process import ChildFailure, ChildProcess, StartingProcess, child_env
@@ -66,6 +59,13 @@ from cudagent.evaluator.timing.parent_clock import CALIBRATION_CALLS, BatchRefus
 from cudagent.evaluator.timing.peaks import device_peaks, peaks_cached
 from cudagent.evaluator.timing.profile import Profiler
 from cudagent.evaluator.timing.roofline import TaskCost, task_cost
+from cudagent.evaluator.toolchain.candidate import build_candidate
+from cudagent.evaluator.toolchain.extension import (
+    DEFAULT_BUILD_TIMEOUT_S,
+    BuildResult,
+    toolchain_for,
+    toolchain_paths,
+)
 from cudagent.evaluator.transforms import InputSpec
 from cudagent.evaluator.verdict import TIER_MARGIN, Verdict
 from cudagent.evaluator.verify import TrialRunner, load_message

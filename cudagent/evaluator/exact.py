@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import torch
 
-HALF = (torch.bfloat16, torch.float16)
+from cudagent.evaluator.compare import HALF, compare, within_reference_error
 
 
 def has_half(obj) -> bool:
@@ -68,8 +68,6 @@ def judged(expected, got, tol, answer: Callable[[], object | None]):
     """compare(expected, got, tol), except that a half-precision output missing only in its values is judged against
     `answer()` (exact_answer, computed only then) by compare.within_reference_error. The one comparison every check
     of a candidate's outputs against the reference's uses (the trials, the timed batches, the profiled calls)."""
-    from cudagent.evaluator.compare import compare, within_reference_error
-
     result = compare(expected, got, tol)
     if result.ok or not has_half(expected) or any(v.code != "OUTPUT_MISMATCH" for v in result.violations):
         return result

@@ -13,9 +13,9 @@ import tempfile
 from pathlib import Path
 
 from cudagent.device.info import DeviceInfo
-from cudagent.evaluator.build.extension import BuildResult
 from cudagent.evaluator.evaluator import EvalOptions, Evaluator
 from cudagent.evaluator.port import EvaluatorPort, Snapshot, write_snapshot
+from cudagent.evaluator.toolchain.extension import BuildResult
 from cudagent.evaluator.verdict import Verdict
 from cudagent.task import Task
 from cudagent.workspace import Workspace
@@ -90,7 +90,7 @@ class LocalEvaluator:
         evaluator = self._opened()
         write_snapshot(snapshot, self.workspace)
         self.workspace.ensure_infrastructure(self.task.source)
-        return evaluator.build(self.workspace)
+        return evaluator.toolchain(self.workspace)
 
     def _evaluate(self, snapshot: Snapshot, timing: bool, fresh: bool) -> Verdict:
         evaluator = self._opened()

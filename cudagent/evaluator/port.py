@@ -25,7 +25,7 @@ from cudagent.errors import EnvironmentProblem
 from cudagent.workspace import KERNELS, MODEL_NEW, SOURCE_SUFFIXES, Workspace, source_problem
 
 if TYPE_CHECKING:
-    from cudagent.evaluator.build.extension import BuildResult
+    from cudagent.evaluator.toolchain.extension import BuildResult
     from cudagent.evaluator.verdict import Verdict
     from cudagent.task import Task
 

@@ -20,8 +20,8 @@ from urllib.parse import urlparse
 import aiohttp
 
 from cudagent.errors import CudagentError, EnvironmentProblem
-from cudagent.evaluator.build.extension import BuildResult
 from cudagent.evaluator.port import EvaluatorUnavailable, Snapshot, SnapshotError, snapshot_digest
+from cudagent.evaluator.toolchain.extension import BuildResult
 from cudagent.evaluator.verdict import Verdict
 from cudagent.task import Task
 

@@ -117,10 +117,10 @@ def prove_package(package: Path, request, device: str, confine: str, directory: 
     writable; Landlock and seccomp inside, prove.py's own), and return what it found."""
     from cudagent.boundary.bwrap import View
     from cudagent.device.info import resolve_device
-    from cudagent.evaluator.build.extension import toolchain_for, toolchain_paths
     from cudagent.evaluator.jail import level as jail_level
     from cudagent.evaluator.jail.confine import Unconfined
     from cudagent.evaluator.jail.process import child_env
+    from cudagent.evaluator.toolchain.extension import toolchain_for, toolchain_paths
 
     scratch = directory / "prove-scratch"
     scratch.mkdir(exist_ok=True)

@@ -12,8 +12,8 @@ import subprocess
 import pytest
 
 from cudagent.device.info import resolve_device
-from cudagent.evaluator.build.extension import build_workspace
 from cudagent.evaluator.port import SnapshotError, check_snapshot, snapshot_of
+from cudagent.evaluator.toolchain.extension import build_workspace
 from cudagent.workspace import Workspace
 
 TASK = "import torch\n\n\nclass Model(torch.nn.Module):\n    pass\n"

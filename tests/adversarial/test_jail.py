@@ -203,7 +203,7 @@ def test_a_computed_include_of_a_private_file_comes_back_with_nothing(tmp_path):
 
 
 def test_extra_include_paths_outside_the_toolchain_are_refused(tmp_path):
-    from cudagent.evaluator.build.inline import InlineSpec, build
+    from cudagent.evaluator.toolchain.inline import InlineSpec, build
 
     secret = tmp_path / "secrets"
     secret.mkdir()

@@ -14,7 +14,7 @@ from cudagent.agent.environment import open_episode
 from cudagent.agent.episode import Episode, EpisodeLimits
 from cudagent.agent.policy import PolicyReply, ToolCall, Usage
 from cudagent.agent.prompting import Prompts
-from cudagent.evaluator.build.extension import BuildResult
+from cudagent.evaluator.toolchain.extension import BuildResult
 from cudagent.evaluator.verdict import Verdict
 from cudagent.task import Task
 from cudagent.workspace import Workspace

@@ -126,7 +126,7 @@ def test_importing_model_new_to_find_its_load_inline_calls_waits_for_quiet(tmp_p
         handin = evaluator.cell().handin()
         handin.put("model_new.py", source)
         try:
-            job = Beside("build", lambda: evaluator.build(ws, handin, quiet), Timeline(), {0}, quiet)  # runs now
+            job = Beside("build", lambda: evaluator.toolchain(ws, handin, quiet), Timeline(), {0}, quiet)  # runs now
             for _ in range(600):  # until the build reaches the import (polled, at most a minute)
                 if order or job.done():
                     break
@@ -165,7 +165,7 @@ def test_doctor_prepare_makes_the_machines_facts_once(tmp_path, monkeypatch):
 
     # a kernel's unit that starts with torch/types.h compiles with doctor's PCH: no new entry, no miss counted
     from cudagent.device.info import resolve_device
-    from cudagent.evaluator.build.extension import build_workspace
+    from cudagent.evaluator.toolchain.extension import build_workspace
     from cudagent.workspace import resolve_candidate, workspace_for
     from tests.agent.episodes import REPO, write_task
 

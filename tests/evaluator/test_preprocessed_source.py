@@ -14,9 +14,9 @@ from cudagent.device.info import resolve_device
 from cudagent.evaluator.audit import expanded_scan
 from cudagent.evaluator.audit.expanded_scan import read_lines, scan
 from cudagent.evaluator.audit.link_audit import judge_symbol
-from cudagent.evaluator.build import expanded
-from cudagent.evaluator.build.expanded import Expansion, OwnFile
-from cudagent.evaluator.build.extension import toolchain_for, torch_flags
+from cudagent.evaluator.toolchain import expanded
+from cudagent.evaluator.toolchain.expanded import Expansion, OwnFile
+from cudagent.evaluator.toolchain.extension import toolchain_for, torch_flags
 
 MACHINERY = frozenset({"PyErr_Format(", "PyInit_*("})
 

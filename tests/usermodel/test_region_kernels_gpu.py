@@ -99,7 +99,7 @@ def test_causal_attention_matches_sdpa_with_the_traced_mask(ops, batch, heads, t
 def conv_ops(tmp_path_factory):
     from torch.utils.cpp_extension import load_inline
 
-    from cudagent.evaluator.build.extension import _cudnn_flags
+    from cudagent.evaluator.toolchain.extension import _cudnn_flags
 
     include, ld = _cudnn_flags()  # cuDNN where the evaluator's build finds it (torch's nvidia/cudnn)
     namespace = NAMESPACE + "_conv"

@@ -28,7 +28,7 @@ import subprocess
 from pathlib import Path
 
 from cudagent.evaluator.audit.kernel_scan import rule_matches, strip_comments_and_strings
-from cudagent.evaluator.build.expanded import MARKER, Expansion, host_preprocessing
+from cudagent.evaluator.toolchain.expanded import MARKER, Expansion, host_preprocessing
 from cudagent.evaluator.verdict import Violation
 
 CALIBRATION_VERSION = 3
@@ -224,7 +224,7 @@ def machinery(compiler: str, argv_for, key: str) -> frozenset[str]:
 @functools.cache
 def machinery_for_toolchain(tc, compiler: str) -> frozenset[str]:
     """`machinery` for the build toolchain `tc` (extension.Toolchain), with the flags its builds preprocess with."""
-    from cudagent.evaluator.build.extension import torch_flags
+    from cudagent.evaluator.toolchain.extension import torch_flags
 
     cflags, nvcc_flags, _ = torch_flags(tc, "cudagent_calibration", compiler == "nvcc", [])
 

@@ -471,7 +471,7 @@ def baseline_symbols(device) -> frozenset[str]:
     import hashlib
     import json
 
-    from cudagent.evaluator.build.extension import build_workspace, toolchain_for
+    from cudagent.evaluator.toolchain.extension import build_workspace, toolchain_for
     from cudagent.resources import cached_names
     from cudagent.workspace import Workspace, infrastructure
 

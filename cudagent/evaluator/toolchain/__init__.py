@@ -2,6 +2,6 @@
 
 extension.py   the incremental ninja build of `cuda_extension` (never imports what it builds)
 objcache.py    the machine's compiler cache for the C++ units (run by ninja as
-               `python -m cudagent.evaluator.build.objcache`)
+               `python -m cudagent.evaluator.toolchain.objcache`)
 pch.py         precompiled torch headers for the units the cache misses
 """

@@ -1,6 +1,6 @@
 """The candidate's sources as the preprocessor leaves them, written beside each object for the audit to read.
 
-    python -m cudagent.evaluator.build.expanded NVCC FLAGS... -E SRC -o OUT.ii      (build.ninja's CUDA units)
+    python -m cudagent.evaluator.toolchain.expanded NVCC FLAGS... -E SRC -o OUT.ii      (build.ninja's CUDA units)
 
 A macro can spell a name that no scan of the written source sees (`PJ(PyRun_, String)` pastes two harmless
 tokens into a call of the Python C API). What the compiler compiles is the preprocessor's output, so the audit
@@ -120,7 +120,7 @@ def host_preprocessing(command: list[str]) -> list[str]:
 def main() -> None:
     argv = sys.argv[1:]
     if "-o" not in argv or "-E" not in argv:
-        sys.exit("usage: python -m cudagent.evaluator.build.expanded COMPILER FLAGS... -E SRC -o OUT.ii")
+        sys.exit("usage: python -m cudagent.evaluator.toolchain.expanded COMPILER FLAGS... -E SRC -o OUT.ii")
     i = argv.index("-o")
     out, command = argv[i + 1], argv[:i] + argv[i + 2 :]
     if os.path.basename(command[0]).startswith("nvcc"):

@@ -170,7 +170,7 @@ def prepare(device) -> str:
     machine's first build would otherwise compile without (a first miss) or stop to make (a second)."""
     import secrets
 
-    from cudagent.evaluator.build.extension import build_workspace
+    from cudagent.evaluator.toolchain.extension import build_workspace
     from cudagent.workspace import Workspace
 
     token = secrets.token_hex(6)

@@ -154,7 +154,7 @@ class InlineSpec:
     def own_lines(self):
         """The candidate's lines in main.cpp and cuda.cu (the rest is what load_inline writes around them), for the
         audit of the preprocessed sources (audit/expanded_scan.py)."""
-        from cudagent.evaluator.build.expanded import OwnFile
+        from cudagent.evaluator.toolchain.expanded import OwnFile
 
         def span(sources: tuple[str, ...], first: int, what: str) -> OwnFile:
             count = sum(s.count("\n") + 1 for s in sources)
@@ -369,7 +369,7 @@ def build(spec: InlineSpec, device: DeviceInfo, timeout_s: float, jail=None):
     build's jail; one build of a call at a time on a machine, and a call already built costs a ninja no-op."""
     import fcntl
 
-    from cudagent.evaluator.build.extension import (
+    from cudagent.evaluator.toolchain.extension import (
         BuildResult,
         Unit,
         expansions,

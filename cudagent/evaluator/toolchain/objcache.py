@@ -1,6 +1,6 @@
 """A compiler cache for the C++ units of workspace builds, shared by every workspace and episode of a machine.
 
-    python -m cudagent.evaluator.build.objcache CXX -MMD -MF OUT.d FLAGS... -c SRC -o OUT      (what build.ninja runs)
+    python -m cudagent.evaluator.toolchain.objcache CXX -MMD -MF OUT.d FLAGS... -c SRC -o OUT  (build.ninja runs it)
 
 An object is reused only for the same translation unit: the key is the compiler (its path, size and modification
 time), the whole command line (in build.ninja every workspace path is relative, so two workspaces give the same
@@ -31,8 +31,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from cudagent.evaluator.build import expanded
-from cudagent.evaluator.build.pch import PchStore
+from cudagent.evaluator.toolchain import expanded
+from cudagent.evaluator.toolchain.pch import PchStore
 
 DISABLE_ENV = "CUDAGENT_BUILD_CACHE"
 MAX_ENV = "CUDAGENT_BUILD_CACHE_MAX_GB"
@@ -178,7 +178,7 @@ def main() -> None:
 
     argv = sys.argv[1:]
     if not argv:
-        sys.exit("usage: python -m cudagent.evaluator.build.objcache COMPILER ARGS... -c SRC -o OUT")
+        sys.exit("usage: python -m cudagent.evaluator.toolchain.objcache COMPILER ARGS... -c SRC -o OUT")
     sys.exit(compile_unit(argv, cache_dir()))
 
 

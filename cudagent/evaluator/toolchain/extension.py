@@ -28,10 +28,10 @@ from pathlib import Path
 from cudagent.boundary.bwrap import install_prefixes
 from cudagent.device.info import DeviceInfo
 from cudagent.errors import EnvironmentProblem
-from cudagent.evaluator.build import expanded
-from cudagent.evaluator.build.expanded import Expansion, OwnFile
 from cudagent.evaluator.jail.compiler import build_env, jailed_build
 from cudagent.evaluator.jail.level import Jail
+from cudagent.evaluator.toolchain import expanded
+from cudagent.evaluator.toolchain.expanded import Expansion, OwnFile
 from cudagent.procs import Limits, physical_memory_bytes, run_bounded
 from cudagent.resources import PACKAGE_DIR, cache_dir
 from cudagent.text import counted
@@ -282,7 +282,7 @@ def run_ninja(
     caches = [cache_dir() / "objects", cache_dir() / "pch"]
     for c in caches:
         c.mkdir(parents=True, exist_ok=True)
-    # The compile rule runs `python -m cudagent.evaluator.build.objcache`: this cudagent, wherever it was imported
+    # The compile rule runs `python -m cudagent.evaluator.toolchain.objcache`: this cudagent, wherever it was imported
     # from, with the cache this process uses
     env = build_env(
         {"NINJA_STATUS": "[%f/%t] ", "PYTHONPATH": str(PACKAGE_DIR.parent), "CUDAGENT_CACHE_DIR": str(cache_dir())},
@@ -343,7 +343,7 @@ def _ninja_text(tc: Toolchain, units: list[Unit], flags: tuple, target: str, sou
         "ninja_required_version = 1.3",
         f"cxx = {shlex.quote(tc.cxx)}",
         # C++ units through the machine's compiler cache (objcache.py): same preprocessed unit, same object
-        f"objcache = {shlex.quote(sys.executable)} -m cudagent.evaluator.build.objcache",
+        f"objcache = {shlex.quote(sys.executable)} -m cudagent.evaluator.toolchain.objcache",
         f"cflags = {' '.join(cflags)}",
         "rule cxx",
         "  command = $objcache $cxx -MMD -MF $out.d $cflags -c $in -o $out",
@@ -362,7 +362,7 @@ def _ninja_text(tc: Toolchain, units: list[Unit], flags: tuple, target: str, sou
             "  deps = gcc",
             "  description = NVCC $in",
             # what the audit reads of a CUDA unit (build/expanded.py): nvcc's preprocessor, beside the compile
-            f"expand = {shlex.quote(sys.executable)} -m cudagent.evaluator.build.expanded",
+            f"expand = {shlex.quote(sys.executable)} -m cudagent.evaluator.toolchain.expanded",
             "rule nvcc_expand",
             "  command = $expand $nvcc $nvcc_flags -E $in -o $out",
             "  description = EXPAND $in",

@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import cudagent.evaluator.build.inline as inline
+import cudagent.evaluator.toolchain.inline as inline
 from cudagent.device.info import DeviceInfo
-from cudagent.evaluator.build.extension import BuildResult, build_workspace
 from cudagent.evaluator.jail.cell import HandIn
 from cudagent.evaluator.jail.level import Jail
+from cudagent.evaluator.toolchain.extension import BuildResult, build_workspace
 from cudagent.workspace import EXTENSION_NAME, CandidateFormat, Workspace
 
 IMPORT_ROUNDS = 8  # load_inline calls found by importing model_new.py: at most this many rounds of build and import
