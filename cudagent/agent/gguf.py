@@ -1,5 +1,5 @@
 """A GGUF model file as a Hugging Face folder (its tokenizer, chat template and weights in float32), for
-`transformers serve` or `--model hf:PATH`: the no-API path of the README, and the tests' local model.
+`transformers serve` or `--model hf:PATH`: the no-API path of docs/optimize.md, and the tests' local model.
 
     python -m cudagent.agent.gguf MODEL.gguf DEST
 

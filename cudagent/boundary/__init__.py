@@ -11,6 +11,6 @@
     terminal.py   model text printed for a person: control characters shown, never interpreted
 
 The candidate's code has its own boundary, the evaluator's jail (cudagent/evaluator/jail/); `cudagent serve` runs a
-client's task only there (serve/worker.py). What each door lets through is the README's security table
+client's task only there (serve/worker.py). What each door lets through is the security table of docs/security.md
 (docs: "What the model's shell, tools, git and serve can do"), each line naming the test that shows it.
 """

@@ -96,7 +96,7 @@ def _doctor_checks(device: str, server: tuple | None) -> list[dict]:
         problem is None,
         "bubblewrap works: the agent's shell is confined"
         if problem is None
-        else f"{problem}; the agent's shell will run with resource limits only (see the README's security section)",
+        else f"{problem}; the agent's shell will run with resource limits only (see docs/security.md)",
         needed=False,
     )
     from cudagent.evaluator.jail import level as jail_level

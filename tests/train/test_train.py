@@ -312,7 +312,7 @@ def verl_steps(tasks: int, batch: int, epochs: int, total_steps: int, critic_war
 
 
 def test_the_stages_run_their_steps_and_the_critic_stage_never_moves_the_actor():
-    """The README's sizes (6,000 tasks; batch 1,024 for the RL stages): each stage runs every step it is set to,
+    """The training page's sizes (6,000 tasks; batch 1,024 for the RL stages): each stage runs every step it is set to,
     from scratch and after a resume; the critic stage updates the actor at none of them."""
     from cudagent.train.command import smoke_overrides
 
@@ -444,7 +444,7 @@ def test_each_stage_config_composes_and_its_dry_run_is_the_readme_command(stage,
     printed = proc.stdout.strip()
     assert printed.startswith("torchrun --standalone --nproc_per_node=8 -m verl.trainer.sft_trainer --config-path")
     assert printed.endswith("trainer.save_freq=5") and " ".join(command(req)[:6]) in printed
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "train.md").read_text()  # the training page the README links
     assert "python -m verl.trainer.main_ppo --config-path" in readme and "--config-name warmup" in readme
 
 
@@ -464,7 +464,7 @@ def test_the_dry_run_of_an_rl_stage_against_a_live_service(tiny_model, service, 
     assert "-m verl.trainer.main_ppo --config-path" in proc.stdout and "--config-name agentic" in proc.stdout
     assert f'cudagent.evaluator_urls=["{service.url}"]' in proc.stdout.replace("'", "")
     # the warm-up stage's dry run reads as the README shows it: the same entry point, config and overrides in order
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "train.md").read_text()  # the training page the README links
     shown = readme[readme.index("for the warm-up stage it reads") :].split("```")[1].split()
     warmup = subprocess.run([*argv[:5], "warmup", *argv[6:]], capture_output=True, text=True, env=env)
     assert warmup.returncode == 0, warmup.stderr
