@@ -966,9 +966,9 @@ def _norm_or_rotary(task: str, calls: list[str], state: dict) -> str | None:
         return call if pair.group(1) == residual else None
     if calls[:1] == ["linear"] and {"neg", "cat", "slice", "transpose", "add"} <= set(calls):
         x = re.search(r"aten\.linear\.default\((\w+), ", task)
-        cos = re.search(r"aten\.mul\.Tensor\(transpose_\w+, (\w+)\)", task)
-        sin = re.search(r"aten\.mul\.Tensor\(cat_\w+, (\w+)\)", task)
-        repeat = re.search(r"aten\.expand\.default\(unsqueeze_\w+, \[\d+, \d+, (\d+), \d+, \d+\]\)", task)
+        cos = re.search(r"aten\.mul\.Tensor\(transpose\w*, (\w+)\)", task)
+        sin = re.search(r"aten\.mul\.Tensor\(cat\w*, (\w+)\)", task)
+        repeat = re.search(r"aten\.expand\.default\(unsqueeze\w*, \[\d+, \d+, (\d+), \d+, \d+\]\)", task)
         if not (x and cos and sin):
             return None
         args = f"{x.group(1)}.contiguous(), self.{w}, {cos.group(1)}, {sin.group(1)}"
