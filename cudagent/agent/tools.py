@@ -269,7 +269,7 @@ class Toolbox:
 
     async def _tool_compile(self) -> Observation:
         self.ws.ensure_infrastructure(self.task_source)
-        result = await self.evaluator.toolchain(snapshot_of(self.ws))
+        result = await self.evaluator.build(snapshot_of(self.ws))
         if result.ok:
             return Observation(f"build OK ({result.seconds:.1f} s)", data={"build": result.to_dict()})
         head = "build TIMED OUT" if result.timed_out else "build FAILED"

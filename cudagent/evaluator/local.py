@@ -90,7 +90,7 @@ class LocalEvaluator:
         evaluator = self._opened()
         write_snapshot(snapshot, self.workspace)
         self.workspace.ensure_infrastructure(self.task.source)
-        return evaluator.toolchain(self.workspace)
+        return evaluator.build(self.workspace)
 
     def _evaluate(self, snapshot: Snapshot, timing: bool, fresh: bool) -> Verdict:
         evaluator = self._opened()

@@ -72,6 +72,8 @@ def test_solving_episode_commits_every_turn_and_tags_the_best(tmp_path):
     last = server.chat_requests[-1]["messages"]
     assert last[-1]["role"] == "tool" and last[-1]["tool_call_id"] == "call_4_0"
     assert "CORRECT (tier 1: correct; not timed)" in last[-1]["content"]
+    compiled = next(m for m in last if m["role"] == "tool" and m["tool_call_id"] == "call_3_0")
+    assert "\nbuild OK (" in compiled["content"], compiled  # the compile tool built, not merely verify after it
 
 
 def test_worktree_leaves_the_users_branch_and_dirty_files_alone(tmp_path):

@@ -126,7 +126,7 @@ def test_importing_model_new_to_find_its_load_inline_calls_waits_for_quiet(tmp_p
         handin = evaluator.cell().handin()
         handin.put("model_new.py", source)
         try:
-            job = Beside("build", lambda: evaluator.toolchain(ws, handin, quiet), Timeline(), {0}, quiet)  # runs now
+            job = Beside("build", lambda: evaluator.build(ws, handin, quiet), Timeline(), {0}, quiet)  # runs now
             for _ in range(600):  # until the build reaches the import (polled, at most a minute)
                 if order or job.done():
                     break
