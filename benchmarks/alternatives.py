@@ -36,6 +36,16 @@ MODELS = {
 }
 
 
+def emit(found: dict, out: str | None) -> None:
+    """A benchmark's result as one JSON line: printed, and appended to `out` where given (the other scripts here use it
+    too)."""
+    line = json.dumps(found)
+    print(line)
+    if out:
+        with open(out, "a") as f:
+            f.write(line + "\n")
+
+
 def main() -> None:
     import torch
     import transformers
@@ -97,11 +107,7 @@ def main() -> None:
     found["max_abs_difference"] = differs
     found["build_s"], found["errors"], found["rounds"] = build_s, errors, a.rounds
     found["fastest"] = min(found["ms"], key=found["ms"].get)
-    line = json.dumps(found)
-    print(line)
-    if a.out:
-        with open(a.out, "a") as f:
-            f.write(line + "\n")
+    emit(found, a.out)
 
 
 if __name__ == "__main__":

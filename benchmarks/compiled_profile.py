@@ -12,12 +12,11 @@ and the GPU time a call against its wall time.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import time
 from collections import defaultdict
 
-from alternatives import MODELS  # benchmarks/ is on the path when a script in it runs
+from alternatives import MODELS, emit  # benchmarks/ is on the path when a script in it runs
 
 GROUPS = (
     ("gemm", re.compile(r"gemm|cutlass|sm90_xmma|nvjet|cublas", re.I)),
@@ -78,11 +77,7 @@ def main() -> None:
         "groups_ms": {k: round(v, 4) for k, v in sorted(groups.items(), key=lambda kv: -kv[1])},
         "top": [{"kernel": name[:160], "group": group_of(name), "ms": round(ms, 4)} for name, ms in top],
     }
-    line = json.dumps(found)
-    print(line)
-    if a.out:
-        with open(a.out, "a") as f:
-            f.write(line + "\n")
+    emit(found, a.out)
 
 
 if __name__ == "__main__":

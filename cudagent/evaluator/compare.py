@@ -177,10 +177,7 @@ def _compare_values(e: torch.Tensor, g: torch.Tensor, tol: Tolerance, name: str,
     both = e_fin & g_fin
     err = torch.where(both, diff, 0.0)
     ratio = torch.where(both, diff / allowed, 0.0)
-    r.max_abs_error = max(r.max_abs_error, float(err.max()))
-    r.worst_tolerance_ratio = max(r.worst_tolerance_ratio, float(ratio.max()))
-    r.err_sq += float(err.square().sum())
-    r.ref_sq += float(torch.where(both, e, 0.0).square().sum())
+    _tally(r, err, torch.where(both, e, 0.0), ratio)
     n_bad = int((ratio > 1).sum())
     if n_bad:
         worst = _index(ratio == ratio.max(), e.shape)
@@ -192,6 +189,14 @@ def _compare_values(e: torch.Tensor, g: torch.Tensor, tol: Tolerance, name: str,
                 f"expected {e[worst].item():.6g}",
             )
         )
+
+
+def _tally(r: Comparison, err: torch.Tensor, ref: torch.Tensor, ratio: torch.Tensor) -> None:
+    """Add one tensor's errors (finite ones; the rest zeroed) and tolerance ratios to the comparison's figures."""
+    r.max_abs_error = max(r.max_abs_error, float(err.max()))
+    r.worst_tolerance_ratio = max(r.worst_tolerance_ratio, float(ratio.max()))
+    r.err_sq += float(err.square().sum())
+    r.ref_sq += float(ref.square().sum())
 
 
 def _index(mask: torch.Tensor, shape) -> tuple:
@@ -223,11 +228,7 @@ def within_reference_error(expected, exact, got, tol: Tolerance, name: str = "ou
         ratio = (diff / allowed).nan_to_num(nan=float("inf"))  # a non-finite answer or output fails...
         same_nonfinite = ~torch.isfinite(e) & ((torch.isnan(e) & torch.isnan(g)) | (e == g))  # ...unless as expected
         ratio = torch.where(same_nonfinite, 0.0, ratio)
-        finite = torch.isfinite(diff)
-        result.max_abs_error = max(result.max_abs_error, float(torch.where(finite, diff, 0.0).max()))
-        result.err_sq += float(torch.where(finite, diff, 0.0).square().sum())
-        result.ref_sq += float(torch.where(torch.isfinite(x), x, 0.0).square().sum())
-        result.worst_tolerance_ratio = max(result.worst_tolerance_ratio, float(ratio.max()))
+        _tally(result, torch.where(torch.isfinite(diff), diff, 0.0), torch.where(torch.isfinite(x), x, 0.0), ratio)
         n_bad = int((ratio > 1).sum())
         if n_bad:
             worst = _index(ratio == ratio.max(), e.shape)
