@@ -98,8 +98,8 @@ def test_a_models_fusion_regions_are_optimized_and_put_back_under_torch_compile(
     assert record["by"] == "regions"
     fused = [s for s in record["spots"] if (s.get("tier") or -1) >= 1]
     assert fused, record["spots"]
-    if fields is not None:  # a transformer's kinds: one kernel, both layers
-        assert all(len(s["regions"]) == 2 for s in fused), record["spots"]
+    if fields is not None:  # a transformer's kinds: one kernel, every layer's place (a norm has more than one a layer)
+        assert all(len(s["regions"]) >= 2 for s in fused), record["spots"]
     # the bar: the torch.compile mode the original runs fastest in, of the three timed
     assert result.get("mode_asked") == "auto" and set(result["modes_ms"]) == {
         "default",
