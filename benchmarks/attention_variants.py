@@ -87,13 +87,11 @@ def measure(ops: dict, batch: int, heads: int, tokens: int, dim: int, rounds: in
     import torch.nn.functional as F
 
     from cudagent.evaluator.compare import Tolerance, within_reference_error
+    from tests.usermodel.cuda_region_kernels import attention_inputs
 
     torch.manual_seed(0)
     scale = dim**-0.5
-    q = torch.randn(batch, tokens, heads, dim, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-    k = torch.randn(batch, heads, tokens, dim, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn_like(k)
-    mask = torch.ones(tokens, tokens, device="cuda", dtype=torch.bool).tril().expand(batch, 1, tokens, tokens)
+    q, k, v, mask = attention_inputs(batch, heads, tokens, dim)
 
     def flat(x):
         return x.transpose(1, 2).reshape(batch, tokens, heads * dim)

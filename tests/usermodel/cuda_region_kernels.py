@@ -531,6 +531,20 @@ extern "C" cudaError_t causal_attention_launch(const void* q, const void* k, con
 }
 """
 
+
+def attention_inputs(batch: int, heads: int, tokens: int, dim: int, device: str = "cuda"):
+    """q, k, v and the mask as a traced model hands them to attention, bf16: the query projected as [B, T, H, D] and
+    seen as [B, H, T, D] (a transposed view), k and v [B, H, T, D], and the causal mask the trace materializes,
+    [B, 1, T, T] bool. For the kernel's checks and benchmarks (the caller seeds the generator)."""
+    import torch
+
+    q = torch.randn(batch, tokens, heads, dim, device=device, dtype=torch.bfloat16).transpose(1, 2)
+    k = torch.randn(batch, heads, tokens, dim, device=device, dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    mask = torch.ones(tokens, tokens, device=device, dtype=torch.bool).tril().expand(batch, 1, tokens, tokens)
+    return q, k, v, mask
+
+
 BINDING_CPP = r"""#include <torch/types.h>
 #include <torch/library.h>
 #include <ATen/cuda/CUDAContext.h>

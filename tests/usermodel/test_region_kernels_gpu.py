@@ -24,6 +24,7 @@ from tests.usermodel.cuda_region_kernels import (
     LT_CPP,
     NORM_ROTARY_CU,
     SWIGLU_CU,
+    attention_inputs,
 )
 
 NAMESPACE = "region_kernels_check"
@@ -65,11 +66,7 @@ def _ms(fn, calls=20):
 def test_causal_attention_matches_sdpa_with_the_traced_mask(ops, batch, heads, tokens, dim):
     torch.manual_seed(0)
     scale = dim**-0.5
-    # the query as the model hands it: projected as [B, T, H, D], seen as [B, H, T, D]
-    q = torch.randn(batch, tokens, heads, dim, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-    k = torch.randn(batch, heads, tokens, dim, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn_like(k)
-    mask = torch.ones(tokens, tokens, device="cuda", dtype=torch.bool).tril().expand(batch, 1, tokens, tokens)
+    q, k, v, mask = attention_inputs(batch, heads, tokens, dim)  # the query a transposed view, as the model's
     got = ops.causal_attention(q, k, v, scale)
     assert got.shape == (batch, tokens, heads * dim)
     with torch.no_grad():
