@@ -162,8 +162,9 @@ def prove_regions(request: dict, user, kernels, device: str) -> dict:
 
 def _resolve_mode(request: dict, original, args, kwargs, device: str, result: dict, ready: dict) -> str:
     """The mode the kernels are held to: the one asked, or (auto) the torch.compile mode the original model runs
-    fastest in here (alternatives.py), each mode's time kept in the result (and each prepared original in `ready`)."""
-    from cudagent.usermodel.alternatives import compile_modes, normalize, prepared
+    fastest in here (alternatives.strongest_mode: the default unless another is faster by more than the margin),
+    each mode's time kept in the result (and each prepared original in `ready`)."""
+    from cudagent.usermodel.alternatives import compile_modes, normalize, prepared, strongest_mode
 
     asked = normalize(request.get("mode", "auto"))
     result["mode_asked"] = asked
@@ -175,9 +176,9 @@ def _resolve_mode(request: dict, original, args, kwargs, device: str, result: di
         for m in modes:
             ready[m] = prepared(original, m, args, kwargs)
         # interleaved rounds, as the final timing's: one measurement each chose a mode the rounds then found slowest
-        rounds = _interleaved({m: ready[m] for m in modes}, args, kwargs, device, 3)
+        rounds = _interleaved({m: ready[m] for m in modes}, args, kwargs, device, 5)
         result["modes_ms"] = {m: statistics.median(v) for m, v in rounds.items()}
-        result["mode"] = min(result["modes_ms"], key=result["modes_ms"].get)
+        result["mode"] = strongest_mode(result["modes_ms"])
     else:
         result["mode"] = modes[0]
     return result["mode"]

@@ -87,7 +87,11 @@ def markdown(record: dict, proof: dict) -> str:
                 f"Its kernels are custom ops in the model's graph: torch.compile traced it in "
                 f"{counted(proof['graphs'], 'graph')} with {counted(proof['graph_breaks'], 'graph break')}; a kind was "
                 f"kept only if the model was faster with it in {proof.get('mode')} mode"
-                + (" (the mode it ran fastest in, of those timed)." if proof.get("mode_asked") == "auto" else ".")
+                + (
+                    " (the mode it ran fastest in, of those timed; the default unless another beat it by over 1%)."
+                    if proof.get("mode_asked") == "auto"
+                    else "."
+                )
             ]
         lines.append("")
         timing = proof.get("timing") or {}

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from cudagent.usermodel.alternatives import strongest_mode
 from tests.agent.episodes import cli_env
 from tests.agent.script_server import ScriptedServer
 from tests.usermodel.cuda_region_kernels import solve
@@ -100,13 +101,13 @@ def test_a_models_fusion_regions_are_optimized_and_put_back_under_torch_compile(
     assert fused, record["spots"]
     if fields is not None:  # a transformer's kinds: one kernel, every layer's place (a norm has more than one a layer)
         assert all(len(s["regions"]) >= 2 for s in fused), record["spots"]
-    # the bar: the torch.compile mode the original runs fastest in, of the three timed
+    # the bar: the torch.compile mode the original runs fastest in, of the three timed (the default within 1%)
     assert result.get("mode_asked") == "auto" and set(result["modes_ms"]) == {
         "default",
         "reduce-overhead",
         "max-autotune",
     }
-    assert result["mode"] == min(result["modes_ms"], key=result["modes_ms"].get) and result["spots"], result
+    assert result["mode"] == strongest_mode(result["modes_ms"]) and result["spots"], result
     for name in result["spots"]:  # every kernel the policy wrote is a C++ operator the graph calls itself
         assert result["spots"][name]["bound"].startswith("operator "), result["spots"]
     if result.get("applied"):
