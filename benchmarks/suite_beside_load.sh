@@ -18,7 +18,7 @@ for i in $(seq 1 "$runs"); do
     echo "# run $i of $runs, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD), $(nproc) cores, a busy loop (pid $busy) beside it"
     echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
   } > "$log"
-  CUDAGENT_CACHE_DIR="$cache" python -m pytest -q -n 2 --dist loadgroup --durations=0 -p no:cacheprovider >> "$log" 2>&1
+  CUDAGENT_CACHE_DIR="$cache" python -m pytest -q -n 2 --durations=0 -p no:cacheprovider >> "$log" 2>&1
   echo "# exit $? ; load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$log"
   rm -rf "$cache"
   logs+=("$log")

@@ -124,7 +124,6 @@ def region_run(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("region-run")  # one worker sets the shared run up (--dist loadgroup)
 def test_a_models_regions_are_optimized_put_back_as_custom_ops_and_proved(region_run):
     record, env, root, said = region_run
     assert record["by"] == "regions" and record["state"] == "done", record
@@ -149,7 +148,6 @@ def test_a_models_regions_are_optimized_put_back_as_custom_ops_and_proved(region
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("region-run")  # one worker sets the shared run up (--dist loadgroup)
 def test_the_region_package_patches_the_model_in_a_fresh_process_without_cudagent(region_run, tmp_path):
     record, env, project, _ = region_run
     dest = tmp_path / "stack_regions"
