@@ -84,8 +84,7 @@ def optimize(
         "auto",
         help="How you run your model: eager, or a torch.compile mode (default, reduce-overhead, max-autotune; "
         "compile is default). A region's kernel stays only if the model is faster with it in this mode; auto: the "
-        "mode your model runs fastest in without the kernels (the strongest bar; default unless another beats it by "
-        "over 1%), timed on your device.",
+        "mode your model runs fastest in without kernels (default unless another beats it by over 1%), timed here.",
         rich_help_panel=USER_PANEL,
     ),
     dtype: str = dtype_option(USER_PANEL),

@@ -22,6 +22,8 @@ from __future__ import annotations
 import copy
 import sys
 
+from cudagent.usermodel.region_proof import MARGIN
+
 MODES = ("eager", "default", "reduce-overhead", "max-autotune")
 ASKED = (*MODES, "auto", "compile")  # compile: torch.compile's default mode, as earlier versions named it
 
@@ -37,10 +39,7 @@ def compile_modes(device: str) -> tuple[str, ...]:
     return ("default", "reduce-overhead", "max-autotune") if device.startswith("cuda") else ("default",)
 
 
-MODE_MARGIN = 0.01  # as the proof's rule for a region: a gain under 1% is within the rounds' spread
-
-
-def strongest_mode(modes_ms: dict[str, float], margin: float = MODE_MARGIN) -> str:
+def strongest_mode(modes_ms: dict[str, float], margin: float = MARGIN) -> str:
     """The mode to hold the kernels to, from each mode's median: the default unless another mode beats it by more
     than `margin` (then the fastest). A mode picked on a gain within the noise made the patched model lose to the
     default mode in the final rounds (an H100 Llama run: reduce-overhead 0.2% ahead in the picking rounds, 3% behind

@@ -20,6 +20,10 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
+# How much faster the model must get for a region to be kept, or a compile mode other than the default to be the
+# bar (alternatives.strongest_mode): a gain under 1% lies within the rounds' spread.
+MARGIN = 0.01
+
 
 def timed(fn, args: tuple, kwargs: dict | None = None, calls: int = 20, cuda: bool = False, warmup: int = 3) -> float:
     """Median milliseconds of fn(*args, **kwargs) over `calls` calls after `warmup` (CUDA events when `cuda`)."""
@@ -77,7 +81,7 @@ def prove_regions(
     mode: str = "compile",
     device: str = "cpu",
     calls: int = 20,
-    margin: float = 0.01,
+    margin: float = MARGIN,
 ) -> RegionProof:
     import torch
 
@@ -133,7 +137,7 @@ def select(
     original,
     variant: str,
     rounds: int = 3,
-    margin: float = 0.01,
+    margin: float = MARGIN,
     keep_slower=False,
 ):
     """Which regions to keep: each put back alone (`patched([name])`), its outputs checked (`check(module)`: why
