@@ -44,21 +44,32 @@ def cache_dir() -> Path:
 def cached_names(kind: str, key: str, make) -> frozenset[str]:
     """A set of names computed once per machine and key (a calibration: the link audit's baseline symbols, the
     macros' machinery) and kept in the cache as `<kind>/<key>.json`; `make(scratch)` computes it in a scratch folder
-    of the cache, which is removed after. Written whole or not at all."""
+    of the cache, which is removed after. Written whole or not at all, and made by one process at a time: another
+    process that needs the same set meanwhile (two evaluators starting together: bench's workers, a test run's)
+    waits for it instead of making it again."""
+    import fcntl
     import json
     import tempfile
 
     root = cache_dir() / kind
     cached = root / f"{key}.json"
-    if cached.is_file():
+
+    def read() -> frozenset[str] | None:
         try:
-            return frozenset(json.loads(cached.read_text()))
+            return frozenset(json.loads(cached.read_text())) if cached.is_file() else None
         except (OSError, ValueError):
-            pass
+            return None
+
+    if (names := read()) is not None:
+        return names
     root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=root) as scratch:
-        names = sorted(make(Path(scratch)))
-        tmp = Path(scratch) / "names.json"
-        tmp.write_text(json.dumps(names))
-        os.replace(tmp, cached)
-    return frozenset(names)
+    with open(root / f"{key}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        if (names := read()) is not None:
+            return names
+        with tempfile.TemporaryDirectory(dir=root) as scratch:
+            made = sorted(make(Path(scratch)))
+            tmp = Path(scratch) / "names.json"
+            tmp.write_text(json.dumps(made))
+            os.replace(tmp, cached)
+    return frozenset(made)

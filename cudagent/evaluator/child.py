@@ -155,6 +155,11 @@ class Harness(TaskHostOps):
         made, read-only here), build ModelNew(*init_inputs), load the reference state_dict (strict). With
         import_only (the evaluator finding out which load_inline calls a candidate makes): import and make ModelNew,
         recording the calls that were not built yet."""
+        # No thread of the harness runs beside candidate code: the profiler's warm-up imports modules (sympy among
+        # them, on a CUDA build), and an import half done in that thread while the candidate's first torch ops import
+        # the same package left it half initialized in the candidate's thread (seen on the H100 once the task's check
+        # no longer delayed the first load: "module 'sympy' has no attribute 'printing'" in every trial).
+        audit.await_profiler_warmup()
         self._use_device(msg["device"])
         handin = msg["handin"]
         self.own_roots = (handin,)

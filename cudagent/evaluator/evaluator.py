@@ -41,6 +41,7 @@ import cudagent.evaluator.jail.privileges as isolation
 from cudagent.device.info import DeviceInfo
 from cudagent.device.share import alone, alone_here, device_share
 from cudagent.errors import TaskError
+from cudagent.evaluator import checked_tasks
 from cudagent.evaluator.audit.link_audit import audit_library, baseline_symbols, inspect_library
 from cudagent.evaluator.audit.nullcheck import null_candidates
 from cudagent.evaluator.audit.sources import audited, read_candidate
@@ -171,6 +172,9 @@ class Evaluator:
         that ran out of device memory beside other work is checked again with the device alone."""
         if self._validated:
             return
+        if self._nulls is None and (known := self._recalled_check()) is not None:
+            self._validated, self._nulls = True, known
+            return
         try:
             with device_share(exclusive=False):
                 self.task.validate(self.device.kind)
@@ -181,6 +185,13 @@ class Evaluator:
                 self.task.validate(self.device.kind)
             self._validated_alone = _short(str(exc), 300)
         self._validated = True
+
+    def _recalled_check(self) -> list[str] | None:
+        """The null candidates of this task's passed check on this machine (checked_tasks.py); None if there is none
+        to trust: never for a client's task, whose code may not behave the same way twice."""
+        if self.options.host_task:
+            return None
+        return checked_tasks.recall(self.task, self.device, self.options.tolerance)
 
     def __enter__(self) -> Evaluator:
         return self
@@ -639,6 +650,8 @@ class Evaluator:
         if self._nulls is None:
             with device_share(exclusive=False):
                 self._nulls = null_candidates(self.task, self.device.kind, self.options.tolerance)
+            if not self.options.host_task:
+                checked_tasks.remember(self.task, self.device, self.options.tolerance, self._nulls)
         v.null_candidates = list(self._nulls)
         if self._nulls:
             v.flags.append(

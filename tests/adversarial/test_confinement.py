@@ -32,7 +32,7 @@ from cudagent.workspace import Workspace
 
 HERE = Path(__file__).parent
 PROBE = HERE / "confinement"
-CACHES = ("objects", "pch", "baselines", "link-baseline")
+CACHES = ("objects", "pch", "baselines", "link-baseline", "checked-tasks")
 
 SUPPORT = machine_support()
 

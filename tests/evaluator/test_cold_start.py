@@ -43,11 +43,12 @@ def test_a_job_beside_a_measurement_runs_pinned_and_one_without_room_waits_for_q
 
 
 @pytest.mark.slow  # a whole evaluation (about 15 s on two cores)
-def test_the_build_runs_beside_the_task_check(tmp_path):
+def test_the_build_runs_beside_the_task_check(tmp_path, monkeypatch):
     """Nothing to measure (timing off): the build starts with the task check, not after it."""
     from cudagent.device.info import resolve_device
     from cudagent.evaluator import EvalOptions, Evaluator
 
+    monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(seeded_cache(tmp_path / "cache")))  # no task checked on it yet
     task, ws = axpby_workspace(tmp_path)
     with Evaluator(task, resolve_device("cpu"), EvalOptions(timing=False)) as evaluator:
         v = evaluator.evaluate(ws)

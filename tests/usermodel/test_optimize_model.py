@@ -121,8 +121,10 @@ def _interrupted_and_resumed_run(root: Path):
 def test_a_users_model_is_profiled_optimized_spot_by_spot_put_back_and_proved(model_run):
     record, env, root, _ = model_run
     spots = record["spots"]
-    own = [s for s in spots if "its task serves both" not in s.get("outcome", "")]
-    assert len(own) == 3 and record["state"] == "done", spots  # --top 3: alike modules count once
+    # --top 3: alike modules count once (the others' task "serves both"), and an operator of a forward that ranks among
+    # them on a loaded machine (aten::softmax, "not a module") is listed but is no module to optimize
+    own = [s for s in spots if s.get("modules")]
+    assert len(own) == 3 and record["state"] == "done", spots
     optimized = [s for s in spots if s.get("outcome") == "kernel"]
     assert optimized, spots
     for s in optimized:  # each spot is an ordinary run, its header naming the parent and the spot
