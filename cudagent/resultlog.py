@@ -29,6 +29,7 @@ def read_rows(path: Path) -> dict[str, dict]:
 
 
 def write_json_atomic(path: str | Path, obj) -> None:
-    tmp = Path(f"{path}.tmp")
+    """Written whole or not at all; the temporary name is this process's, so two writers never share it."""
+    tmp = Path(f"{path}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(obj, default=str))
     os.replace(tmp, path)

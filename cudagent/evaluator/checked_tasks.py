@@ -16,6 +16,7 @@ import os
 from dataclasses import asdict
 
 from cudagent.resources import cache_dir
+from cudagent.resultlog import write_json_atomic
 
 VERSION = "1"
 
@@ -40,7 +41,4 @@ def remember(task, device, tolerance, nulls: list[str]) -> None:
     """Keep a passed check (written whole or not at all)."""
     path = _path(task, device, tolerance)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump({"task": task.name, "null_candidates": list(nulls)}, f)
-    os.replace(tmp, path)
+    write_json_atomic(path, {"task": task.name, "null_candidates": list(nulls)})
