@@ -8,7 +8,7 @@ to, reports what it observed, and the parent judges. Role `reference` loads only
 sends, and never imports candidate code; it times the eager and compiled baselines. A process that hosts a task
 whose code is not trusted (task_host.py; host_ops.py: the `host_*` requests) serves its reference calls.
 
-One module of about 420 lines, most of it the Harness: one object holding what the process keeps across its
+One module of about 470 lines, most of it the Harness: one object holding what the process keeps across its
 requests (the loaded model, the last call's inputs and outputs, the timing sets and targets, where the candidate's
 own code lives), whose request handlers read that state; split across files they would pass it around rather than
 share it.
