@@ -323,12 +323,31 @@ class Evaluator:
             if not self._out_of_memory_beside_others(first):
                 return v
         with alone_here():
+            self._ready_alone()
             v = self._evaluate(ws, timing)
         v.notes.append(
             f"ran out of device memory while other work shared the device ({_short(first, 300)}); evaluated again "
             "with the device alone: this verdict is that evaluation's"
         )
         return v
+
+    def _ready_alone(self) -> None:
+        """Before an evaluation runs again with the device alone: the processes started while the device was full
+        go, and the candidate's next process starts its device (its CUDA context) while this evaluation holds the
+        device alone. The shares the evaluation takes cover its own work, not a process's start: without this, a
+        neighbour that still fills the device makes the new process fail to start as the first one did (seen when
+        the task's check, whose retry used to wait for the device, was recalled instead of run)."""
+        self._adopt_starting()
+        while self._spares:
+            self._spares.popleft().close()
+        with device_share(exclusive=True):
+            child = self._new_process()
+            try:
+                child.handshake()
+            except ChildFailure:
+                child.close()  # the evaluation starts its own and reports what that one meets
+                return
+        self._spares.appendleft(child)
 
     def _out_of_memory_beside_others(self, text: str) -> bool:
         return self.device.is_cuda and not alone() and DEVICE_OOM.search(text or "") is not None

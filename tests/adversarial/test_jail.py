@@ -329,14 +329,16 @@ def test_an_out_of_memory_beside_others_is_evaluated_again_alone(monkeypatch):
         return v
 
     monkeypatch.setattr(ev, "_evaluate", run)
+    # the candidate's next process starts its device with the device held alone too (GPU: test_jail_gpu.py)
+    monkeypatch.setattr(ev, "_ready_alone", lambda: runs.append("ready alone" if share.alone() else "ready"))
     v = ev.evaluate(None)
-    assert runs == [False, True] and v.correct and v.codes == [], (runs, v.codes)
+    assert runs == [False, "ready alone", True] and v.correct and v.codes == [], (runs, v.codes)
     assert "evaluated again with the device alone" in v.notes[-1]
 
     runs.clear()
     monkeypatch.setattr(ev, "_evaluate", lambda ws, timing: runs.append(share.alone()) or _oom())
     v = ev.evaluate(None)
-    assert runs == [False, True] and "FORWARD_RAISED" in v.codes  # alone, it runs out too: its own failure
+    assert runs == [False, "ready alone", True] and "FORWARD_RAISED" in v.codes  # alone too: its own failure
 
 
 def _oom():

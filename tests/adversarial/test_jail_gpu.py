@@ -7,7 +7,7 @@ two classes of the jail's issue that only a GPU shows.
        failure is its own)
     6  a candidate that fills the GPU beside honest evaluations (separate `cudagent check` processes sharing the
        device as a bench's or a service's do): every honest verdict is correct, evaluated again alone where it ran
-       out of memory beside the hog
+       out of memory beside the hog, whether the task's check runs then or was kept from an earlier evaluation
 """
 
 from __future__ import annotations
@@ -131,6 +131,12 @@ def test_a_candidate_that_fills_the_gpu_changes_no_neighbours_verdict(tmp_path):
     task, hog = workspace(tmp_path, "gpu_hog")
     env = {**os.environ, "CUDAGENT_DEVICE_LOCK": str(tmp_path / "gpu.lock"), "PYTHONPATH": str(ROOT)}
     check = [sys.executable, "-m", "cudagent", "check"]
+    # One honest task was checked before on this machine (its check is recalled, checked_tasks.py): its process's
+    # start meets the full GPU first; the others' checks run and meet it there.
+    recalled = HONEST[-1]
+    t, ws = honest_workspace(tmp_path / "before", recalled)
+    argv = [*check, str(ROOT / "examples" / "tasks" / f"{recalled}.py"), str(ws.root), "--json", "--no-timing"]
+    subprocess.run(argv, env=env, capture_output=True, check=True, timeout=600)
     hogging = subprocess.Popen(
         [*check, str(TASK), str(hog.root), "--json", "--no-timing"], env=env, stdout=subprocess.PIPE, text=True
     )

@@ -121,6 +121,7 @@ class ChildProcess:
         self.cell = None if self.wrapper else cell
         self._host_home: str | None = None  # a scratch made here (none when the jail gives the child its own)
         self.hello_pid: int | None = None  # the pid the child gave of itself (its own namespace's)
+        self.greeted = False  # its hello was received
 
     def __enter__(self) -> ChildProcess:
         self.start()
@@ -177,11 +178,16 @@ class ChildProcess:
         self.channel = Channel(ours)
 
     def handshake(self) -> None:
+        """Wait for the child's hello (its device started, its jail entered); once: a process made ready earlier
+        (Evaluator._ready_alone) is not waited for again."""
+        if self.greeted:
+            return
         hello = self._receive(self.start_timeout_s, DEFAULT_MAX_FRAME, "starting")
         if hello.get("op") != "hello":
             raise ChildFailure("CRASHED", "the evaluation process did not start properly", self.output.text())
         self.isolation = hello.get("isolation") or {}
         self.hello_pid = hello.get("pid")
+        self.greeted = True
 
     @property
     def confinement(self) -> dict:
