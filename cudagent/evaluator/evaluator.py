@@ -15,7 +15,7 @@ this machine (jail/level.py), never by what a candidate did.
 An Evaluator serves one task on one device and keeps a clean reference worker alive for its whole life; use it as a
 context manager (or call close()). Several evaluators may share a device (a bench's tasks): what runs on it takes a
 share, timings take it alone (device/share.py); an evaluation that ran out of device memory beside others is run
-again with the device alone before its verdict counts. Kept in one module of about 740 lines: every step lives
+again with the device alone before its verdict counts. Kept in one module of about 755 lines: every step lives
 elsewhere; what is here is their order and the life of the processes they run in (zygote, spares), which only make
 sense read together.
 """
