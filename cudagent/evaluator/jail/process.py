@@ -8,6 +8,9 @@ its own), confined by the inner layer. A request that outlives its timeout kills
 whose tree holds more host memory than its limit (half the machine's by default), before the kernel's OOM killer
 picks a victim of its own, or more processes than MAX_PROCESSES; a child that dies mid-request is reported with its
 exit status or signal.
+
+One module of about 410 lines: starting a child, the channel's requests and the watch that kills its tree are one
+life of one process, read together (its jail, keeper and wire live in their own modules).
 """
 
 from __future__ import annotations
