@@ -8,16 +8,12 @@ CASES = load_cases("cpu")
 
 @pytest.fixture(scope="module")
 def runner(tmp_path_factory):
-    # One OpenMP thread for every process these cases start: on a two-core machine shared with another test
-    # worker, a parallel region waits out the other worker's time slices at its barrier (eager vadd was measured at
-    # 16 ms instead of 0.05), and the timed cases' verdicts then compare a cheat against a baseline that is mostly
-    # waiting.
-    env = pytest.MonkeyPatch()
-    env.setenv("OMP_NUM_THREADS", "1")
+    # One OpenMP thread for every process these cases start (conftest.py): eager vadd was measured at 16 ms instead
+    # of 0.05 when its parallel regions waited out the other worker's time slices, and the timed cases' verdicts
+    # would compare a cheat against a baseline that is mostly waiting.
     runner = Runner("cpu", tmp_path_factory.mktemp("adversarial-cpu"))
     yield runner
     runner.close()
-    env.undo()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -30,14 +30,24 @@ ATTACKS = [
 
 
 @pytest.fixture(scope="module")
-def runner(tmp_path_factory):
+def every_core():
+    """The candidates here run OpenMP on every core, as a user's do (the suite's processes get one thread each:
+    conftest.py): the honest controls' threads and the attacks' are what the attribution must tell apart."""
+    env = pytest.MonkeyPatch()
+    env.delenv("OMP_NUM_THREADS", raising=False)
+    yield
+    env.undo()
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory, every_core):
     r = Runner("cpu", tmp_path_factory.mktemp("attribution"))
     yield r
     r.close()
 
 
 @pytest.fixture(scope="module")
-def runner_off(tmp_path_factory):
+def runner_off(tmp_path_factory, every_core):
     r = Runner("cpu", tmp_path_factory.mktemp("attribution-off"))
     yield r
     r.close()
