@@ -53,7 +53,8 @@ def main() -> int:
     lines = [
         f"# {' '.join(sys.argv)}",
         f"# {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-        f"load {args.load} spinning process(es), {time.strftime('%Y-%m-%d %H:%M:%S')}",
+        f"load {args.load} spinning process(es), OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S')}",
     ]
 
     def say(line: str) -> None:
@@ -84,7 +85,8 @@ def main() -> int:
                     share += f" own share {ct['own_share_of_computing']}" if "own_share_of_computing" in ct else ""
                 say(
                     f"{name} run {i + 1}: correct={v.correct} tier={v.tier} codes={v.codes}{share} "
-                    f"{time.monotonic() - t0:.1f} s{'' if why is None else '  FAILED: ' + why}"
+                    f"{time.monotonic() - t0:.1f} s (verify {v.seconds.get('verify', 0.0):.1f} s)"
+                    f"{'' if why is None else '  FAILED: ' + why}"
                 )
             failed += ok < args.runs
             say(f"{name}: {ok}/{args.runs} as asked")
