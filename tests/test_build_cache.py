@@ -3,6 +3,8 @@ unit copied from the cache counts as used (cudagent/evaluator/toolchain/objcache
 
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -45,3 +47,24 @@ def test_the_size_comes_from_the_environment(monkeypatch):
     assert max_bytes() == 2**29
     monkeypatch.setenv("CUDAGENT_BUILD_CACHE_MAX_GB", "lots")
     assert max_bytes() == 8 * 2**30
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_builds_missing_the_same_unit_at_once_compile_it_once(tmp_path):
+    """Parallel workspaces start with the same units (binding.cpp): the first build compiles, the others wait for it
+    and copy its object, instead of compiling it beside it."""
+    log = tmp_path / "compiles.log"
+    cxx = tmp_path / "cxx"  # g++, noting each compile (not the preprocessing) and taking a second over it
+    cxx.write_text(f'#!/bin/sh\ncase " $* " in *" -c "*) echo compile >> {log}; sleep 1;; esac\nexec g++ "$@"\n')
+    cxx.chmod(0o755)
+    argv = [str(cxx), "-MMD", "-MF", "unit.o.d", "-O2", "-c", "unit.cpp", "-o", "unit.o"]
+    env = dict(os.environ, CUDAGENT_CACHE_DIR=str(tmp_path / "cache"))
+    builds = []
+    for name in ("one", "two", "three"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "unit.cpp").write_text("int f() { return 1; }\n")
+        command = [sys.executable, "-m", "cudagent.evaluator.toolchain.objcache", *argv]
+        builds.append(subprocess.Popen(command, cwd=tmp_path / name, env=env))
+    assert [b.wait(timeout=60) for b in builds] == [0, 0, 0]
+    assert all((tmp_path / name / "unit.o").stat().st_size > 0 for name in ("one", "two", "three"))
+    assert log.read_text().split() == ["compile"]

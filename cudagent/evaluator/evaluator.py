@@ -46,6 +46,7 @@ from cudagent.evaluator.audit.link_audit import audit_library, baseline_symbols,
 from cudagent.evaluator.audit.nullcheck import null_candidates
 from cudagent.evaluator.audit.sources import audited, read_candidate
 from cudagent.evaluator.compare import Tolerance
+from cudagent.evaluator.heap import keep_heap
 from cudagent.evaluator.jail.cell import Cell, HandIn
 from cudagent.evaluator.jail.process import ChildFailure, ChildProcess, StartingProcess, child_env
 from cudagent.evaluator.jail.zygote import Zygote
@@ -148,6 +149,8 @@ class Evaluator:
         if self.options.host_task:
             task = HostedTask(task, device.kind, self.cell, self.options.memory_limit_bytes)
         self.task, self.device = task, device
+        if device.kind == "cpu":
+            keep_heap()  # heap.py: its inputs, the reference's calls and the comparisons run in this process
         self._validated = False
         isolation.protect_this_process()
         self._nulls = null_candidates

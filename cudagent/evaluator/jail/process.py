@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 
+from cudagent.evaluator.heap import KEEP_HEAP
 from cudagent.evaluator.jail.cell import Cell
 from cudagent.evaluator.jail.confine import EXIT_CUDA_CONFINED, EXIT_UNCONFINED
 from cudagent.evaluator.jail.keeper import EXIT_NO_JAIL
@@ -86,6 +87,7 @@ def child_env(home: str, extra: dict[str, str] | None = None) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
         # torch warns on import when NumPy is absent; nothing here needs NumPy
         PYTHONWARNINGS="ignore:Failed to initialize NumPy",
+        GLIBC_TUNABLES=KEEP_HEAP,  # heap.py: a CPU timing measures the kernel, not its page faults
     )
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.update(extra or {})

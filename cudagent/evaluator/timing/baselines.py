@@ -26,7 +26,7 @@ from cudagent.resources import cache_dir
 from cudagent.task import Task
 
 # Bump when the measurement changes, so timings measured the old way are not compared with new ones.
-PROTOCOL_VERSION = "5"
+PROTOCOL_VERSION = "6"  # 6: children keep their heap (jail/process.py KEEP_HEAP)
 WORKER_TIMEOUT_S = 1200.0
 BREAKDOWN_ITERATIONS = 20
 TARGETS = ("eager", "compile")

@@ -21,6 +21,8 @@ then a store removes the least recently used entries.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -92,26 +94,54 @@ def _entry(root: Path, key: str) -> Path:
 
 
 def compile_unit(argv: list[str], root: Path) -> int:
-    """Compile (or copy from the cache) one unit; the compiler's exit status. Writes what the compiler printed."""
+    """Compile (or copy from the cache) one unit; the compiler's exit status. Writes what the compiler printed.
+    Builds that miss on the same unit at once (parallel workspaces, their common binding.cpp) take turns: the first
+    compiles, the others wait for it and copy its object."""
     out, dep = _value_after(argv, "-o"), _value_after(argv, "-MF")
     preprocessed = preprocess(argv) if out else None
     if preprocessed is not None:  # what the audit reads of the unit (expanded.py), cached or not
         expanded.write_beside(out, preprocessed)
     key = cache_key(argv, preprocessed) if preprocessed is not None and os.environ.get(DISABLE_ENV) != "0" else None
-    entry = _entry(root, key) if key else None
-    if entry is not None and (entry / "object.o").is_file():
-        try:
-            os.utime(entry)  # recently used: the last to go when the cache is trimmed
-            shutil.copyfile(entry / "object.o", out)
-            if dep and (entry / "deps.d").is_file():
-                shutil.copyfile(entry / "deps.d", dep)
-            sys.stderr.write((entry / "output.txt").read_text() if (entry / "output.txt").is_file() else "")
-            return 0
-        except OSError:  # an entry that cannot be read: compile instead
-            pass
-    run = argv
-    if entry is not None:  # a miss: a precompiled header of the unit's first include, where one applies (pch.py)
-        run = PchStore(root, _compiler_identity(argv[0])).arguments_for(argv)
+    if key is None:
+        return _compile(argv, out, dep, None)
+    entry = _entry(root, key)
+    if _copied(entry, out, dep):
+        return 0
+    lock_path = entry.parent / f".{key}.lock"
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(lock_path, "w")  # noqa: SIM115 (held until this unit is compiled)
+    except OSError:  # a cache that cannot be written: compile alone
+        lock = None
+    with lock or contextlib.nullcontext():
+        if lock is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if _copied(entry, out, dep):  # stored while this build waited
+                return 0
+        # a miss: a precompiled header of the unit's first include, where one applies (pch.py)
+        status = _compile(PchStore(root, _compiler_identity(argv[0])).arguments_for(argv), out, dep, entry)
+        if lock is not None:  # a build that opens it after this finds the entry (or compiles, after a failure)
+            with contextlib.suppress(OSError):
+                lock_path.unlink()
+        return status
+
+
+def _copied(entry: Path, out: str, dep: str | None) -> bool:
+    """The unit's object copied from its cache entry, and what its compile printed written; False on a miss."""
+    if not (entry / "object.o").is_file():
+        return False
+    try:
+        os.utime(entry)  # recently used: the last to go when the cache is trimmed
+        shutil.copyfile(entry / "object.o", out)
+        if dep and (entry / "deps.d").is_file():
+            shutil.copyfile(entry / "deps.d", dep)
+        sys.stderr.write((entry / "output.txt").read_text() if (entry / "output.txt").is_file() else "")
+        return True
+    except OSError:  # an entry that cannot be read: compile instead
+        return False
+
+
+def _compile(run: list[str], out: str, dep: str | None, entry: Path | None) -> int:
     proc = subprocess.run(run, capture_output=True, text=True)
     sys.stdout.write(proc.stdout)
     sys.stderr.write(proc.stderr)
@@ -119,10 +149,14 @@ def compile_unit(argv: list[str], root: Path) -> int:
         try:
             _store(entry, out, dep, proc.stdout + proc.stderr)
             if secrets.randbelow(TRIM_EVERY) == 0:
-                trim(root, max_bytes())
+                trim(root_of(entry), max_bytes())
         except OSError:  # a cache that cannot be written (read-only, full) costs the next build the compile only
             pass
     return proc.returncode
+
+
+def root_of(entry: Path) -> Path:
+    return entry.parent.parent.parent  # root / objects / key[:2] / key
 
 
 def max_bytes() -> int:
