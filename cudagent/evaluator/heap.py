@@ -2,11 +2,12 @@
 
 glibc's malloc gives a block over 32 MB its own mmap and unmaps it when freed, and gives the top of its heap back
 past a small threshold, so a CPU call whose output is a fresh 64 MB tensor spends most of its time in page faults
-(axpby on 2**24 floats: 65 ms a call, 85% of it system time, against 9.6 ms with the heap kept). The children
-(candidate, baselines, reference worker) start with KEEP_HEAP in their environment; the process that hosts a CPU
-evaluation (its inputs, the reference's calls, the comparisons) calls keep_heap(). A CPU timing then measures the
-kernel, for the candidate and the baselines alike, and the evaluator's own work stops paying the kernel for zeroed
-pages. The price is the heap's peak, held until the process ends.
+(axpby on 2**24 floats in a thread: 66.8 ms a call, most of it system time, against 21.1 ms with the heap kept;
+medians of five, benchmarks/cpu_heap.py). The children (candidate, baselines, reference worker) start with KEEP_HEAP
+in their environment; the process that hosts a CPU evaluation (its inputs, the reference's calls, the comparisons)
+calls keep_heap(). A CPU timing then measures the kernel, for the candidate and the baselines alike, and the
+evaluator's own work stops paying the kernel for zeroed pages. The price is the heap's peak, held until the process
+ends.
 """
 
 from __future__ import annotations
