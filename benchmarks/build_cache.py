@@ -3,8 +3,10 @@ workspace (another episode of the same task), then edits, each run with a cache 
 
     python benchmarks/build_cache.py [--device cpu|cuda] [--task axpby] [--runs 3] [--out FILE.json]
 
-Per run, in order: the first workspace's build (every unit compiled, and stored); the second's (every C++ unit a
-copy; on a GPU the .cu kernels still compile); the kernel unit that begins by including torch edited there (it
+Per run, in order: the first workspace's build (every unit compiled, and stored); the same sources in another
+workspace with the cache's direct lookups off (every C++ unit preprocessed for its key, then a copy); in a second
+(every C++ unit a copy found by its direct key, unpreprocessed; on a GPU the .cu kernels still compile), with the
+CPU seconds of these three; the kernel unit that begins by including torch edited there (it
 compiles again: the second miss of its first header, so the precompiled header of pch.py is made here); edited
 again (compiled with that header); and the same edit with every cache off (CUDAGENT_BUILD_CACHE=0), what each
 edit cost before.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -37,20 +40,31 @@ def workspace(task, solution: Path, root: Path):
     return ws
 
 
-def timed_build(ws, device) -> float:
+def timed_build(ws, device, cpu: dict | None = None, name: str = "") -> float:
+    """The build's wall seconds; `cpu[name]`: the CPU seconds of every process it ran (ninja, the compiler cache's
+    wrapper, the preprocessor and compiler), as the build's waited-for children."""
     from cudagent.evaluator.toolchain.extension import build_workspace
 
-    start = time.monotonic()
+    start, before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     result = build_workspace(ws, device)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert result.ok, result.errors
+    if cpu is not None:
+        cpu[name] = round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2)
     return round(time.monotonic() - start, 2)
 
 
 def one_run(task, solution: Path, device, scratch: Path) -> dict:
     os.environ["CUDAGENT_CACHE_DIR"] = str(scratch / "cache")
-    cold = timed_build(workspace(task, solution, scratch / "first"), device)
+    cpu: dict[str, float] = {}
+    cold = timed_build(workspace(task, solution, scratch / "first"), device, cpu, "cold")
+    os.environ["CUDAGENT_BUILD_CACHE_DIRECT"] = "0"
+    try:  # before direct lookups (manifest.py): every unit preprocessed for its key
+        preprocessed = timed_build(workspace(task, solution, scratch / "third"), device, cpu, "preprocessed")
+    finally:
+        del os.environ["CUDAGENT_BUILD_CACHE_DIRECT"]
     second = workspace(task, solution, scratch / "second")
-    warm = timed_build(second, device)
+    warm = timed_build(second, device, cpu, "direct")
     from cudagent.evaluator.toolchain.pch import leading_system_include
 
     units = sorted(p for p in second.kernels_dir.iterdir() if p.suffix == ".cpp")
@@ -60,7 +74,9 @@ def one_run(task, solution: Path, device, scratch: Path) -> dict:
         kernel.write_text(kernel.read_text() + f"\nstatic int cudagent_benchmark_edit{n} = {n};\n")
         return timed_build(second, device)
 
-    result = {"cold_s": cold, "same_sources_other_workspace_s": warm, "edit_making_the_pch_s": edited(1)}
+    result = {"cold_s": cold, "same_sources_other_workspace_s": warm, "same_sources_preprocessed_s": preprocessed}
+    result |= {f"cpu_{k}_s": v for k, v in cpu.items()}
+    result["edit_making_the_pch_s"] = edited(1)
     result["edit_with_the_pch_s"] = edited(2)
     os.environ["CUDAGENT_BUILD_CACHE"] = "0"
     try:

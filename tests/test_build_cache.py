@@ -2,6 +2,7 @@
 unit copied from the cache counts as used (cudagent/evaluator/toolchain/objcache.py)."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -68,3 +69,91 @@ def test_builds_missing_the_same_unit_at_once_compile_it_once(tmp_path):
     assert [b.wait(timeout=60) for b in builds] == [0, 0, 0]
     assert all((tmp_path / name / "unit.o").stat().st_size > 0 for name in ("one", "two", "three"))
     assert log.read_text().split() == ["compile"]
+
+
+# ----- direct lookups (manifest.py): a unit found again without the preprocessor ---------------------------------
+
+
+@pytest.fixture
+def direct(tmp_path, monkeypatch):
+    """A build folder whose unit includes a workspace header (`-I ws`, quoted) and a toolchain header (`-isystem`),
+    compiled through a g++ that notes every run: `P` for a preprocessing, `C` for a compile."""
+    monkeypatch.chdir(tmp_path)
+    log = tmp_path / "runs.log"
+    cxx = tmp_path / "cxx"
+    cxx.write_text(f'#!/bin/sh\ncase " $* " in *" -E "*) echo P >> {log};; *) echo C >> {log};; esac\nexec g++ "$@"\n')
+    cxx.chmod(0o755)
+    (tmp_path / "ws" / "kernels").mkdir(parents=True)
+    (tmp_path / "ws" / "kernels" / "unit.cpp").write_text(
+        '#include "value.h"\n#include <limit.h>\nint f() { return VALUE + LIMIT; }\n'
+    )
+    (tmp_path / "ws" / "value.h").write_text("#define VALUE 1\n")
+    (tmp_path / "sys").mkdir()
+    (tmp_path / "sys" / "limit.h").write_text("#define LIMIT 10\n")
+    argv = [str(cxx), "-MMD", "-MF", "unit.o.d", "-Iws", "-isystem", str(tmp_path / "sys"), "-O2", "-c",
+            "ws/kernels/unit.cpp", "-o", "unit.o"]  # fmt: skip
+    cache = tmp_path / "cache"
+
+    def build() -> tuple[str, int]:
+        """The runs this build made, and what the object's f() returns (read off its disassembly's constant)."""
+        before = log.read_text() if log.exists() else ""
+        assert compile_unit(argv, cache) == 0
+        made = subprocess.run(["objdump", "-d", "unit.o"], capture_output=True, text=True, check=True).stdout
+        value = int(re.search(r"mov\s+\$0x([0-9a-f]+),%eax", made).group(1), 16)
+        return log.read_text()[len(before) :].replace("\n", ""), value
+
+    return tmp_path, build
+
+
+needs_toolchain = pytest.mark.skipif(
+    shutil.which("g++") is None or shutil.which("objdump") is None, reason="needs g++ and objdump"
+)
+
+
+@needs_toolchain
+def test_a_unit_built_before_is_copied_without_preprocessing_with_its_audited_text(direct):
+    root, build = direct
+    assert build() == ("PC", 11)  # preprocessed for its key and audited text, then compiled
+    text = (root / "unit.o.ii").read_text()
+    assert "return 1" in text and "value.h" in text
+    (root / "unit.o.ii").unlink()
+    assert build() == ("", 11)  # nothing run: the files it read are unchanged
+    assert (root / "unit.o.ii").read_text() == text  # the same audited text as the preprocessing gave
+
+
+@needs_toolchain
+def test_a_header_rewritten_with_its_size_and_times_kept_is_preprocessed_and_compiled_again(direct):
+    """An edit that keeps a workspace header's size and modification time (a shell can set both back) is seen: the
+    candidate's files count by their contents."""
+    root, build = direct
+    assert build() == ("PC", 11)
+    header = root / "ws" / "value.h"
+    times = header.stat()
+    header.write_text("#define VALUE 7\n")
+    os.utime(header, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert build() == ("PC", 17)
+
+
+@needs_toolchain
+def test_a_header_added_where_the_preprocessor_looks_first_is_seen(direct):
+    """A new value.h beside the unit shadows ws/value.h (a quoted include looks in the includer's folder first):
+    no file the unit read changed, but the listing of the workspace did."""
+    root, build = direct
+    assert build() == ("PC", 11)
+    (root / "ws" / "kernels" / "value.h").write_text("#define VALUE 3\n")
+    assert build() == ("PC", 13)
+
+
+@needs_toolchain
+def test_a_toolchain_header_replaced_is_seen_and_a_clock_macro_is_never_looked_up(direct):
+    root, build = direct
+    assert build() == ("PC", 11)
+    limit = root / "sys" / "limit.h"
+    times = limit.stat()
+    limit.unlink()
+    limit.write_text("#define LIMIT 20\n")  # a reinstall: a new inode and change time, the old modification time
+    os.utime(limit, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert build() == ("PC", 21)
+    (root / "ws" / "value.h").write_text("#define VALUE (sizeof(__TIME__) - 8)\n")
+    assert build() == ("PC", 21)
+    assert build() == ("P", 21)  # preprocessed every time (then a copy): its files name the clock

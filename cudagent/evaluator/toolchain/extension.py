@@ -279,7 +279,7 @@ def run_ninja(
     ninja = _ninja_binary()
     scratch = folder / ".tmp"
     scratch.mkdir(exist_ok=True)
-    caches = [cache_dir() / "objects", cache_dir() / "pch"]
+    caches = [cache_dir() / "objects", cache_dir() / "manifests", cache_dir() / "pch"]
     for c in caches:
         c.mkdir(parents=True, exist_ok=True)
     # The compile rule runs `python -m cudagent.evaluator.toolchain.objcache`: this cudagent, wherever it was imported

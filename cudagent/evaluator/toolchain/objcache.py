@@ -12,9 +12,11 @@ workspace compiled the same text before.
 On a miss, a unit whose first line includes a torch header compiles with a precompiled header of it (pch.py) from
 the second such miss on. Only g++-style units go through it (not nvcc: its device pass sees code the host
 preprocessor drops). Preprocessing costs a second or two for a unit that includes torch; on a miss that comes on
-top of the compile. The preprocessed text is also what the audit reads of the unit: its own part is written beside
-the object (expanded.py), whether the cache is used or not. Entries live
-under the cache directory (`objects/`), like the baseline timings: as trusted as the user account they belong to.
+top of the compile. A unit built before with the same source and the same files read is found without it
+(manifest.py: its direct key, checked against the files the last preprocessing named). The preprocessed text is
+also what the audit reads of the unit: its own part is written beside the object (expanded.py), and kept with the
+entry for direct hits. Entries live under the cache directory (`objects/`, `manifests/`), like the baseline
+timings: as trusted as the user account they belong to.
 CUDAGENT_BUILD_CACHE=0 compiles every unit. The cache keeps to CUDAGENT_BUILD_CACHE_MAX_GB (default 8): now and
 then a store removes the least recently used entries.
 """
@@ -34,11 +36,13 @@ import tempfile
 from pathlib import Path
 
 from cudagent.evaluator.toolchain import expanded
+from cudagent.evaluator.toolchain.manifest import DirectLookup
 from cudagent.evaluator.toolchain.pch import PchStore
 
 DISABLE_ENV = "CUDAGENT_BUILD_CACHE"
 MAX_ENV = "CUDAGENT_BUILD_CACHE_MAX_GB"
 DEFAULT_MAX_GB = 8.0
+TEXT = "expanded.ii"  # the unit's audited text (expanded.py), stored with its entry for direct hits
 TRIM_EVERY = 16  # stores, on average, between two checks of the cache's size
 
 
@@ -98,14 +102,21 @@ def compile_unit(argv: list[str], root: Path) -> int:
     Builds that miss on the same unit at once (parallel workspaces, their common binding.cpp) take turns: the first
     compiles, the others wait for it and copy its object."""
     out, dep = _value_after(argv, "-o"), _value_after(argv, "-MF")
+    cached = out is not None and os.environ.get(DISABLE_ENV) != "0"
+    direct = DirectLookup.of(argv, root, _compiler_identity(argv[0])) if cached else None
+    if direct is not None:  # the unit and the files it read unchanged: no preprocessor run (manifest.py)
+        found = direct.find()
+        if found is not None and _copied(_entry(root, found), out, dep, with_text=True):
+            return 0
     preprocessed = preprocess(argv) if out else None
     if preprocessed is not None:  # what the audit reads of the unit (expanded.py), cached or not
         expanded.write_beside(out, preprocessed)
-    key = cache_key(argv, preprocessed) if preprocessed is not None and os.environ.get(DISABLE_ENV) != "0" else None
+    key = cache_key(argv, preprocessed) if preprocessed is not None and cached else None
     if key is None:
         return _compile(argv, out, dep, None)
     entry = _entry(root, key)
     if _copied(entry, out, dep):
+        _remember(direct, entry, out, preprocessed, key)
         return 0
     lock_path = entry.parent / f".{key}.lock"
     try:
@@ -120,18 +131,24 @@ def compile_unit(argv: list[str], root: Path) -> int:
                 return 0
         # a miss: a precompiled header of the unit's first include, where one applies (pch.py)
         status = _compile(PchStore(root, _compiler_identity(argv[0])).arguments_for(argv), out, dep, entry)
+        if status == 0:
+            _remember(direct, entry, out, preprocessed, key)
         if lock is not None:  # a build that opens it after this finds the entry (or compiles, after a failure)
             with contextlib.suppress(OSError):
                 lock_path.unlink()
         return status
 
 
-def _copied(entry: Path, out: str, dep: str | None) -> bool:
-    """The unit's object copied from its cache entry, and what its compile printed written; False on a miss."""
-    if not (entry / "object.o").is_file():
+def _copied(entry: Path, out: str, dep: str | None, with_text: bool = False) -> bool:
+    """The unit's object copied from its cache entry, and what its compile printed written; False on a miss.
+    `with_text`: the audited text stored with the entry is copied beside the object too (a direct hit, which has
+    not preprocessed the unit), and an entry without it is a miss."""
+    if not (entry / "object.o").is_file() or (with_text and not (entry / TEXT).is_file()):
         return False
     try:
         os.utime(entry)  # recently used: the last to go when the cache is trimmed
+        if with_text:
+            shutil.copyfile(entry / TEXT, out + expanded.SUFFIX)
         shutil.copyfile(entry / "object.o", out)
         if dep and (entry / "deps.d").is_file():
             shutil.copyfile(entry / "deps.d", dep)
@@ -139,6 +156,21 @@ def _copied(entry: Path, out: str, dep: str | None) -> bool:
         return True
     except OSError:  # an entry that cannot be read: compile instead
         return False
+
+
+def _remember(direct: DirectLookup | None, entry: Path, out: str, preprocessed: bytes, key: str) -> None:
+    """After a preprocessed unit was compiled or copied: its audited text kept with the entry (once) and the files
+    it read recorded, so that the next build of it finds the entry without preprocessing."""
+    if direct is None or not (entry / "object.o").is_file():
+        return
+    try:
+        if not (entry / TEXT).is_file():
+            with tempfile.NamedTemporaryFile("wb", dir=entry, prefix=".tmp-", delete=False) as f:
+                f.write(Path(out + expanded.SUFFIX).read_bytes())
+            os.replace(f.name, entry / TEXT)
+    except OSError:  # an entry that cannot be written: the next build preprocesses
+        return
+    direct.record(preprocessed, key)
 
 
 def _compile(run: list[str], out: str, dep: str | None, entry: Path | None) -> int:
@@ -173,7 +205,8 @@ def trim(root: Path, limit: int) -> list[Path]:
     `limit` bytes, if it holds more than `limit`; the entries removed. A build reading one as it goes compiles
     instead; one using a precompiled header keeps the file it opened."""
     entries = []
-    for folder in list((root / "objects").glob("??/*")) + list((root / "pch").glob("*")):
+    kept = [*(root / "objects").glob("??/*"), *(root / "manifests").glob("??/*"), *(root / "pch").glob("*")]
+    for folder in kept:
         if folder.is_dir() and not folder.name.startswith(".tmp-"):
             try:
                 size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
