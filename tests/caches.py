@@ -7,9 +7,10 @@ import os
 import shutil
 from pathlib import Path
 
-# What the cache knows of this machine rather than of a task: the compiler cache, precompiled headers, the link audit's
-# calibration, the device's peaks, inductor's compiled kernels. A test with a cache of its own starts with these.
-MACHINE_FACTS = ("objects", "pch", "link-baseline", "peaks", "inductor")
+# What the cache knows of this machine rather than of a task: the compiler cache (its objects and direct lookups),
+# precompiled headers, the link audit's calibration, the device's peaks, inductor's compiled kernels. A test with a
+# cache of its own starts with these.
+MACHINE_FACTS = ("objects", "manifests", "pch", "link-baseline", "peaks", "inductor")
 
 
 def session_cache() -> Path:

@@ -119,6 +119,8 @@ def test_a_unit_built_before_is_copied_without_preprocessing_with_its_audited_te
     (root / "unit.o.ii").unlink()
     assert build() == ("", 11)  # nothing run: the files it read are unchanged
     assert (root / "unit.o.ii").read_text() == text  # the same audited text as the preprocessing gave
+    (root / "ws" / "notes.md").write_text("a file no include could find\n")
+    assert build() == ("", 11)  # the workspace's other files change nothing
 
 
 @needs_toolchain
@@ -142,6 +144,10 @@ def test_a_header_added_where_the_preprocessor_looks_first_is_seen(direct):
     assert build() == ("PC", 11)
     (root / "ws" / "kernels" / "value.h").write_text("#define VALUE 3\n")
     assert build() == ("PC", 13)
+    (root / "elsewhere").mkdir()
+    (root / "elsewhere" / "limit.h").write_text("#define LIMIT 30\n")
+    (root / "ws" / "more").symlink_to(root / "elsewhere")  # what lies behind a link is not walked: it counts
+    assert build() == ("P", 13)  # preprocessed (the same text: a copy)
 
 
 @needs_toolchain

@@ -16,8 +16,9 @@ led to. A manifest holds when every file in it is still what it was:
 - the toolchain's headers (under an `-isystem` folder of the command line or the compiler's own folders: torch,
   Python, the C++ library) by their identity (size, modification and change times, inode): a reinstalled package
   gives new change times and inodes, and no candidate writes there;
-- the listing of every relative include folder (the workspace: `-I ws`), so that a header added where the
-  preprocessor would find it first (shadowing one it found before) sends the unit back to the preprocessor.
+- what lies in the relative include folders (the workspace: `-I ws`) under the name of a file it read, and every
+  link there, so that a header added where the preprocessor would find it first (shadowing one it found before)
+  sends the unit back to the preprocessor; other files (notes, model_new.py) change nothing.
 
 A unit whose files use __DATE__, __TIME__ or __TIMESTAMP__ is not looked up directly, nor one that read something
 that is not a regular file. A hit copies the entry's object and its audited text (the `.ii` beside the object,
@@ -118,15 +119,17 @@ class DirectLookup:
             manifests = sorted(self.folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
         except OSError:
             return None
-        listing = None
+        found = None
         for path in manifests[:MAX_MANIFESTS]:
             try:
                 manifest = json.loads(path.read_text())
             except (OSError, ValueError):
                 continue
-            if listing is None:
-                listing = self._listing()
-            if manifest.get("listing") == listing and self._holds(manifest["files"]):
+            if found is None:
+                found = self._found_in_listed()
+            if found is None:
+                return None
+            if manifest.get("listing") == _listing(found, manifest["files"]) and self._holds(manifest["files"]):
                 os.utime(path)
                 return manifest["key"]
         return None
@@ -143,10 +146,10 @@ class DirectLookup:
             if seen is None:
                 return
             files[name] = seen
-        listing = self._listing()
-        if listing is None:
+        found = self._found_in_listed()
+        if found is None:
             return
-        text = json.dumps({"key": key, "listing": listing, "files": files}, sort_keys=True)
+        text = json.dumps({"key": key, "listing": _listing(found, files), "files": files}, sort_keys=True)
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             target = self.folder / f"{_sha(text.encode())[:32]}.json"
@@ -177,13 +180,23 @@ class DirectLookup:
                 return False
         return True
 
-    def _listing(self) -> str | None:
-        """The names and kinds of everything under the relative include folders, hashed; None where too many."""
-        entries = []
+    def _found_in_listed(self) -> list[tuple[str, bool]] | None:
+        """Every file and link under the relative include folders, (path, is a link); None where too many."""
+        found = []
         for folder in self.listed:
             for top, dirs, names in os.walk(folder):
                 dirs.sort()
-                entries += [f"{top}/{n}/" for n in dirs] + [f"{top}/{n}" for n in sorted(names)]
-                if len(entries) > MAX_LISTED:
+                found += [(f"{top}/{n}", True) for n in dirs if os.path.islink(os.path.join(top, n))]
+                found += [(f"{top}/{n}", os.path.islink(os.path.join(top, n))) for n in sorted(names)]
+                if len(found) > MAX_LISTED:
                     return None
-        return _sha("\n".join(entries).encode())
+        return found
+
+
+def _listing(found: list[tuple[str, bool]], files: dict) -> str:
+    """What of the relative include folders could stand in front of a file the unit read, hashed: every file there
+    named like one of them (the preprocessor finds a header by its name: ws/vector would be <vector>, and
+    ws/kernels/value.h a "value.h" found in ws/ before), and every link (what lies behind one is not walked)."""
+    names = {os.path.basename(name) for name in files}
+    picked = [path for path, link in found if link or os.path.basename(path) in names]
+    return _sha("\n".join(picked).encode())
