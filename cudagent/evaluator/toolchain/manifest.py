@@ -1,7 +1,7 @@
 """The compiler cache's direct lookups: a unit found again from its source and the files it read, with no
 preprocessor run.
 
-    lookup = DirectLookup.of(argv, root)   None where a unit cannot be looked up directly
+    lookup = DirectLookup.of(argv, root, compiler_identity)   None where a unit cannot be looked up directly
     key = lookup.find()                    the full cache key (objcache.cache_key) of a unit compiled before
     lookup.record(preprocessed, key)       after a preprocessed unit was compiled or copied
 
@@ -80,8 +80,8 @@ def _flag_values(argv: list[str], flag: str) -> list[str]:
     for i, arg in enumerate(argv):
         if arg == flag and i + 1 < len(argv):
             values.append(argv[i + 1])
-        elif arg.startswith(flag) and arg != flag and flag == "-I":
-            values.append(arg[2:])
+        elif arg.startswith(flag) and arg != flag:
+            values.append(arg[len(flag) :])
     return values
 
 

@@ -103,7 +103,8 @@ def compile_unit(argv: list[str], root: Path) -> int:
     compiles, the others wait for it and copy its object."""
     out, dep = _value_after(argv, "-o"), _value_after(argv, "-MF")
     cached = out is not None and os.environ.get(DISABLE_ENV) != "0"
-    direct = DirectLookup.of(argv, root, _compiler_identity(argv[0])) if cached else None
+    compiler = _compiler_identity(argv[0])
+    direct = DirectLookup.of(argv, root, compiler) if cached else None
     if direct is not None:  # the unit and the files it read unchanged: no preprocessor run (manifest.py)
         found = direct.find()
         if found is not None and _copied(_entry(root, found), out, dep, with_text=True):
@@ -130,7 +131,7 @@ def compile_unit(argv: list[str], root: Path) -> int:
             if _copied(entry, out, dep):  # stored while this build waited
                 return 0
         # a miss: a precompiled header of the unit's first include, where one applies (pch.py)
-        status = _compile(PchStore(root, _compiler_identity(argv[0])).arguments_for(argv), out, dep, entry)
+        status = _compile(PchStore(root, compiler).arguments_for(argv), out, dep, entry)
         if status == 0:
             _remember(direct, entry, out, preprocessed, key)
         if lock is not None:  # a build that opens it after this finds the entry (or compiles, after a failure)
