@@ -4,7 +4,8 @@ On a machine without one those tests are skipped (CI); on the device they are se
 `slow` take more than a few seconds each: the inner loop (`pytest -m "not slow and not gpu"`) leaves them out.
 
 Servers the tests share live here, one per session: the real model server (model_server.py) and a CPU `cudagent
-serve` (serve/service_proc.py); caches a test may seed from the session's are in caches.py.
+serve` (serve/service_proc.py); caches a test may seed from the session's, and the session cache's preparation by
+`cudagent doctor --prepare` before the first build, are in caches.py.
 """
 
 import os
@@ -32,6 +33,9 @@ def _has_cuda() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    from tests.caches import PREPARE_TEST
+
+    config._cudagent_prepare = any(item.name == PREPARE_TEST for item in items)
     cuda = _has_cuda()
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the device with -m gpu)")
     for item in items:
@@ -39,6 +43,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.gpu)
             if not cuda:
                 item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prepared_machine(request, tmp_path_factory):
+    """The session's cache prepared as `cudagent doctor --prepare` prepares a user's machine (tests/caches.py), before
+    any test builds, when the session runs the test of that command (the inner loop, which leaves it out, builds
+    too little to be worth it). Its record, or None."""
+    if not getattr(request.config, "_cudagent_prepare", False):
+        return None
+    from tests.caches import prepare_session_cache
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # every worker's basetemp is below one
+    return prepare_session_cache(shared / "prepared-machine")
 
 
 @pytest.fixture(scope="session")

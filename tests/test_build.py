@@ -13,6 +13,7 @@ from cudagent.device.info import resolve_device
 from cudagent.errors import EnvironmentProblem
 from cudagent.evaluator.toolchain.extension import build_workspace, toolchain_for
 from cudagent.workspace import Workspace
+from tests.caches import seeded_cache
 
 KERNEL = """#include <pybind11/pybind11.h>
 #include "{header}"
@@ -139,7 +140,7 @@ def _entries(cache) -> set[str]:
 @pytest.mark.slow
 def test_another_workspace_with_the_same_units_copies_them_from_the_compiler_cache(tmp_path, cpu, monkeypatch):
     """Units that preprocess the same (whatever their comments) are a copy; one changed token compiles anew."""
-    cache = tmp_path / "cache"
+    cache = seeded_cache(tmp_path / "cache", facts=("pch",))  # its objects its own: the counts are this test's
     monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(cache))
     first = make(tmp_path, "first")
     assert build_workspace(first, cpu).ok
@@ -160,7 +161,7 @@ def test_another_workspace_with_the_same_units_copies_them_from_the_compiler_cac
 
 @pytest.mark.slow
 def test_the_compiler_cache_stores_no_failed_unit_and_can_be_switched_off(tmp_path, cpu, monkeypatch):
-    cache = tmp_path / "cache"
+    cache = seeded_cache(tmp_path / "cache", facts=("pch",))  # its objects its own: the counts are this test's
     monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(cache))
     ws = make(tmp_path)
     (ws.kernels_dir / "b.cpp").write_text("int broken( {\n")

@@ -120,10 +120,12 @@ def prove_package(package: Path, request, device: str, confine: str, directory: 
     from cudagent.evaluator.jail import level as jail_level
     from cudagent.evaluator.jail.confine import Unconfined
     from cudagent.evaluator.jail.process import child_env
+    from cudagent.evaluator.timing.baselines import seed_compiled_headers
     from cudagent.evaluator.toolchain.extension import toolchain_for, toolchain_paths
 
     scratch = directory / "prove-scratch"
     scratch.mkdir(exist_ok=True)
+    seed_compiled_headers(scratch)  # its TMPDIR: torch.compile's precompiled header is not made again
     reads = [str(p if p.is_dir() else p.parent) for p in request.files()] + [str(package.parent)]
     spec = {"model": asdict(request.resolved()), "device": device, "package": str(package), "confine": confine}
     spec.update(mode=request.mode, dtype=request.dtype, keep_slower=request.keep_slower)

@@ -72,3 +72,45 @@ def test_the_workers_of_cached_baselines_get_ready_in_the_background(tmp_path, m
     cached.warm_in_background()  # nothing left to warm
     assert cached._warming is None
     cached.close()
+
+
+def test_a_jailed_process_gets_copies_of_the_compiled_headers_taken_under_inductors_lock(tmp_path, monkeypatch):
+    """seed_compiled_headers (for the jailed proof of a user's model): a header inductor is still writing is copied
+    only once its lock is free, whole; one with no lock or no header beside it is left out; the copies are files of
+    their own (what the process does to them never reaches the machine's)."""
+    import fcntl
+    import tempfile
+    import threading
+
+    from cudagent.evaluator.timing.baselines import _inductor_temp_dir, seed_compiled_headers
+
+    machine = tmp_path / "machine-tmp"
+    monkeypatch.setattr(tempfile, "tempdir", str(machine))
+    source = _inductor_temp_dir(str(machine)) / "precompiled_headers"
+    (source / "locks").mkdir(parents=True)
+    for name in ("done", "making"):
+        (source / f"{name}.h").write_text(f"#include <{name}>\n")
+        (source / "locks" / f"{name}.lock").touch()
+    (source / "done.h.gch").write_bytes(b"done")
+    (source / "making.h.gch").write_bytes(b"half")
+    (source / "stray.h.gch").write_bytes(b"no header, no lock")
+    scratch = tmp_path / "scratch"
+    dest = _inductor_temp_dir(str(scratch)) / "precompiled_headers"
+    copied = []
+    with open(source / "locks" / "making.lock") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # inductor making it now
+        worker = threading.Thread(target=lambda: copied.extend(seed_compiled_headers(scratch)))
+        worker.start()
+        for _ in range(100):  # until done's copy is there (polled, at most 5 s)
+            if (dest / "done.h.gch").is_file():
+                break
+            threading.Event().wait(0.05)
+        assert (dest / "done.h.gch").read_bytes() == b"done"
+        worker.join(0.3)
+        assert worker.is_alive() and not (dest / "making.h.gch").exists()  # waits for the lock
+        (source / "making.h.gch").write_bytes(b"whole")
+    worker.join(10)
+    assert copied == ["done.h", "making.h"], copied
+    assert (dest / "making.h.gch").read_bytes() == b"whole" and not (dest / "stray.h.gch").exists()
+    (dest / "done.h.gch").write_bytes(b"poisoned")
+    assert (source / "done.h.gch").read_bytes() == b"done"

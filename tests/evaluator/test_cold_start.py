@@ -5,6 +5,8 @@ that only running it tells) waits for every clean measurement to end. Each test 
 
 from __future__ import annotations
 
+import os
+import shutil
 import threading
 
 import pytest
@@ -142,42 +144,47 @@ def test_importing_model_new_to_find_its_load_inline_calls_waits_for_quiet(tmp_p
     assert order[:3] == ["waits", "quiet", "imports"], order
 
 
-@pytest.mark.slow  # compiles the calibration extension and two precompiled headers from nothing
-def test_doctor_prepare_makes_the_machines_facts_once(tmp_path, monkeypatch):
+@pytest.mark.slow  # builds a unit (the session's `doctor --prepare` made the headers it reads)
+def test_doctor_prepare_makes_the_machines_facts_once(prepared_machine, tmp_path, monkeypatch):
+    """The session's cache was prepared by `cudagent doctor --prepare` before any test built (conftest.py): it made
+    the link audit's calibration and the precompiled headers of both headers a workspace's kernels start with at
+    once, not at a build's second miss, and a kernel's first unit then compiles with them."""
     import json
-    import os
-    import shutil
-    import subprocess
-    import sys
 
-    cache = seeded_cache(tmp_path / "cache")
-    shutil.rmtree(cache / "link-baseline", ignore_errors=True)
-    shutil.rmtree(cache / "pch", ignore_errors=True)
-    env = {**os.environ, "CUDAGENT_CACHE_DIR": str(cache), "CUDAGENT_HOME": str(tmp_path / "home")}
-    argv = [sys.executable, "-m", "cudagent", "doctor", "--device", "cpu", "--no-server", "--prepare", "--json"]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    from tests.caches import session_cache
+
+    assert prepared_machine is not None, "conftest.py prepares the session's cache when this test is selected"
+    assert prepared_machine["returncode"] == 0, prepared_machine["stdout"] + prepared_machine["stderr"]
+    checks = {c["name"]: c for c in json.loads(prepared_machine["stdout"])["checks"]}
     assert checks["link-audit calibration"]["ok"], checks
-    assert any((cache / "link-baseline").iterdir())
+    assert any((session_cache() / "link-baseline").iterdir())
     assert checks["precompiled headers"]["ok"], checks
-    made = {json.loads(m.read_text())["header"] for m in (cache / "pch").glob("*/manifest.json")}
-    assert made == {"torch/types.h", "torch/extension.h"}, made  # at once, not at a build's second miss
+    assert prepared_machine["pch_before"] == [], prepared_machine  # the session's first build had not run
+    assert set(prepared_machine["pch_after"]) == {"torch/types.h", "torch/extension.h"}, prepared_machine
 
-    # a kernel's unit that starts with torch/types.h compiles with doctor's PCH: no new entry, no miss counted
+    # a kernel's unit that starts with torch/types.h compiles with doctor's PCH: no new entry, no miss counted (in a
+    # cache of the test's own, seeded with the session's: its counts are this build's alone)
     from cudagent.device.info import resolve_device
     from cudagent.evaluator.toolchain.extension import build_workspace
     from cudagent.workspace import resolve_candidate, workspace_for
     from tests.agent.episodes import REPO, write_task
 
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    shutil.copytree(session_cache() / "pch", cache / "pch")  # copies: the misses this build counts are its own
+    for name in ("objects", "manifests", "link-baseline"):
+        if (session_cache() / name).is_dir():
+            shutil.copytree(session_cache() / name, cache / name, copy_function=os.link)
     monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(cache))
+    entries = sorted(p.name for p in (cache / "pch").iterdir())
+    misses = {m: m.read_text() for m in (cache / "pch").glob("*/misses")}
     task = write_task(tmp_path / "task")
     ws = workspace_for(resolve_candidate(REPO / "examples" / "solutions" / "cpu" / "axpby"), task.read_text())
     unit = next(ws.kernels_dir.glob("*.cpp"))
     unit.write_text(unit.read_text() + "\nint doctor_pch_probe() { return 7; }\n")  # new to the object cache
     assert build_workspace(ws, resolve_device("cpu")).ok
-    misses = list((cache / "pch").glob("*/misses"))
-    assert len(misses) == 2 and all(m.read_text() == "1\n" for m in misses), misses
+    assert sorted(p.name for p in (cache / "pch").iterdir()) == entries
+    assert {m: m.read_text() for m in (cache / "pch").glob("*/misses")} == misses
 
 
 @pytest.mark.slow  # waits out the task's deadline

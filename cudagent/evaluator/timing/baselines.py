@@ -10,12 +10,18 @@ They are measured before any candidate process exists, so nothing a candidate do
 
 from __future__ import annotations
 
+import fcntl
+import getpass
 import hashlib
 import json
 import os
+import re
 import secrets
+import shutil
+import tempfile
 import threading
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from cudagent.device.info import DeviceInfo
 from cudagent.device.share import device_share
@@ -331,6 +337,46 @@ def compile_cache_env() -> dict[str, str]:
     """Inductor and Triton caches that outlive the worker, so a compiled baseline builds once per machine."""
     root = cache_dir()
     return {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"), "TRITON_CACHE_DIR": str(root / "triton")}
+
+
+def seed_compiled_headers(tmpdir: Path) -> list[str]:
+    """torch.compile's precompiled headers for a process whose temporary folder is `tmpdir` and starts empty (a jailed
+    process's scratch): copies of this machine's, so that the C++ kernels inductor writes for the CPU do not make
+    the same header again (150 MB, 10 to 20 CPU seconds each time). Inductor keeps them in the temporary folder,
+    `torchinductor_<user>/precompiled_headers`, whatever its cache folder, and names each by a hash of the
+    preprocessed header, its flags and the compiler, so it uses a copy only where it would have made the same one.
+    Each is copied under inductor's own lock for it (locks/<name>.lock, fcntl's, as its FileLock takes), never
+    half-written; the copies are the process's own, whatever it does to them. Returns the names copied."""
+    source = _inductor_temp_dir(tempfile.gettempdir()) / "precompiled_headers"
+    if not source.is_dir():
+        return []
+    dest = _inductor_temp_dir(str(tmpdir)) / "precompiled_headers"
+    copied = []
+    for gch in sorted(source.glob("*.h.gch")):
+        header = gch.with_suffix("")
+        lock_path = source / "locks" / (header.stem + ".lock")
+        if not header.is_file() or not lock_path.is_file():
+            continue
+        try:
+            with open(lock_path) as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # a header inductor is making now is copied once it is made
+                (dest / "locks").mkdir(parents=True, exist_ok=True)
+                shutil.copy2(header, dest / header.name)
+                shutil.copy2(gch, dest / gch.name)
+            copied.append(header.name)
+        except OSError:
+            continue  # the process makes that one itself
+    return copied
+
+
+def _inductor_temp_dir(tmp: str) -> Path:
+    """Where inductor keeps what outlives its cache folder (torch._inductor.runtime.cache_dir_utils.default_cache_dir,
+    written out: importing it costs seconds)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid_{os.getuid()}"
+    return Path(tmp) / ("torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
 
 
 def _error_line(output: str) -> str:
