@@ -56,11 +56,9 @@ def prepare_session_cache(shared: Path) -> dict:
         if not record.is_file():
             argv = [sys.executable, "-m", "cudagent", "doctor", "--device", "cpu", "--no-server", "--prepare", "--json"]
             env = {**os.environ, "CUDAGENT_CACHE_DIR": str(session_cache())}
-            before = sorted(p.name for p in (session_cache() / "pch").glob("*/manifest.json"))
+            before = _precompiled_headers()
             done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1200)
-            made = sorted(
-                json.loads(m.read_text())["header"] for m in (session_cache() / "pch").glob("*/manifest.json")
-            )
+            made = _precompiled_headers()
             record.write_text(
                 json.dumps(
                     {
@@ -73,3 +71,8 @@ def prepare_session_cache(shared: Path) -> dict:
                 )
             )
         return json.loads(record.read_text())
+
+
+def _precompiled_headers() -> list[str]:
+    """The headers the session's cache holds precompiled (each PCH's manifest names its header)."""
+    return sorted(json.loads(m.read_text())["header"] for m in (session_cache() / "pch").glob("*/manifest.json"))
