@@ -33,9 +33,6 @@ def _has_cuda() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    from tests.caches import PREPARE_TEST
-
-    config._cudagent_prepare = any(item.name == PREPARE_TEST for item in items)
     cuda = _has_cuda()
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the device with -m gpu)")
     for item in items:
@@ -50,9 +47,11 @@ def prepared_machine(request, tmp_path_factory):
     """The session's cache prepared as `cudagent doctor --prepare` prepares a user's machine (tests/caches.py), before
     any test builds, when the session runs the test of that command (the inner loop, which leaves it out, builds
     too little to be worth it). Its record, or None."""
-    if not getattr(request.config, "_cudagent_prepare", False):
+    from tests.caches import PREPARE_TEST, prepare_session_cache
+
+    # the session's items as run (after -m and -k deselected theirs: a collection hook here would see them before)
+    if not any(item.name == PREPARE_TEST for item in request.session.items):
         return None
-    from tests.caches import prepare_session_cache
 
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # every worker's basetemp is below one
