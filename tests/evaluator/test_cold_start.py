@@ -5,7 +5,6 @@ that only running it tells) waits for every clean measurement to end. Each test 
 
 from __future__ import annotations
 
-import os
 import shutil
 import threading
 
@@ -169,12 +168,8 @@ def test_doctor_prepare_makes_the_machines_facts_once(prepared_machine, tmp_path
     from cudagent.workspace import resolve_candidate, workspace_for
     from tests.agent.episodes import REPO, write_task
 
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    shutil.copytree(session_cache() / "pch", cache / "pch")  # copies: the misses this build counts are its own
-    for name in ("objects", "manifests", "link-baseline"):
-        if (session_cache() / name).is_dir():
-            shutil.copytree(session_cache() / name, cache / name, copy_function=os.link)
+    cache = seeded_cache(tmp_path / "cache", facts=("objects", "manifests", "link-baseline"))
+    shutil.copytree(session_cache() / "pch", cache / "pch")  # copies, not links: the misses it counts are its own
     monkeypatch.setenv("CUDAGENT_CACHE_DIR", str(cache))
     entries = sorted(p.name for p in (cache / "pch").iterdir())
     misses = {m: m.read_text() for m in (cache / "pch").glob("*/misses")}
