@@ -101,10 +101,12 @@ class Task:
                 raise TaskError(f"{self.filename}: get_inputs() item {i} {why}")
         return [to_device(x, device) for x in inputs]
 
-    def sizes_on_meta(self) -> TaskSizes | None:
+    def sizes_on_meta(self, output: bool = True) -> TaskSizes | None:
         """What the task's weights, inputs and output take, in bytes, found on torch's meta device (shapes only: no
         memory, no compute); None where the task cannot be built there (it names a device, or an op has no meta
-        form). An output that cannot be found is counted as large as the inputs."""
+        form). An output that cannot be found is counted as large as the inputs. `output=False` leaves the output at
+        0 and runs no forward: a process's first forward on the meta device imports torch._dynamo (a second of CPU,
+        for the meta forms of ops), which a caller that needs only the inputs' bytes need not pay."""
         import torch
 
         try:
@@ -119,6 +121,8 @@ class Task:
         )
         if any(isinstance(x, torch.Tensor) and x.device.type != "meta" for x in inputs):
             return None
+        if not output:
+            return sizes
         try:
             with torch.no_grad():
                 sizes.output = _tensor_bytes(model(*inputs))

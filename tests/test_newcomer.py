@@ -520,7 +520,9 @@ class Mine(nn.Module):  # a class of this file: it cannot travel in a task
         self.w = nn.Parameter(torch.randn(256, 256) / 16)
 
     def forward(self, x):
-        for _ in range(64):  # far more than fc's one Linear, whatever a loaded machine adds to fc's first call
+        # far more than fc's one Linear (about 40 ms a call on one core): at 64 rounds, fc once ranked first (50.7%)
+        # on a loaded machine, a time slice lost inside its profiled calls
+        for _ in range(512):
             x = torch.tanh(x @ self.w)
         return x
 

@@ -1,5 +1,7 @@
 """Task files: a usable one loads and validates; each kind of unusable one is one clear sentence (TaskError)."""
 
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -127,3 +129,21 @@ def test_a_tasks_sizes_come_from_the_meta_device_without_memory(tmp_path):
     no_meta = BIG.replace("return torch.relu(self.proj(x))", "return torch.relu(self.proj(x)).cpu().numpy()")
     sizes = load_task(write(tmp_path, no_meta, "no_meta.py")).sizes_on_meta()
     assert sizes.output == sizes.inputs  # an output that cannot be found counts as large as the inputs
+
+
+def test_the_inputs_sizes_alone_run_no_forward(tmp_path):
+    """Baselines.one_at_a_time needs only the inputs' bytes: no forward runs (a first forward on the meta device
+    imports torch._dynamo, a second of CPU in every evaluating process)."""
+    raising = BIG.replace("return torch.relu(self.proj(x))", "raise RuntimeError('forward ran')")
+    sizes = load_task(write(tmp_path, raising)).sizes_on_meta(output=False)
+    assert sizes.inputs == (1 << 20) * 4096 * 4 and sizes.output == 0
+    assert load_task(write(tmp_path, raising, "again.py")).sizes_on_meta().output == sizes.inputs  # it ran: raised
+    script = f"""
+import sys
+from pathlib import Path
+from cudagent.task import load_task
+load_task(Path({str(tmp_path / "again.py")!r})).sizes_on_meta(output=False)
+print("torch._dynamo" in sys.modules)
+"""
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert ran.stdout.split() == ["False"], ran.stderr[-2000:]

@@ -61,7 +61,7 @@ class TaskHostOps:
         from dataclasses import asdict
 
         def sizes():
-            found = self.hosted.sizes_on_meta()
+            found = self.hosted.sizes_on_meta(output=bool(msg.get("output", True)))
             return {"sizes": asdict(found) if found is not None else None}
 
         return self._hosting(msg, sizes)

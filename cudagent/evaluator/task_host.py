@@ -205,8 +205,8 @@ class HostedTask(Task):
         reply = self.request({"op": "host_run", "id": model.handle, "inputs": inputs}, "running the reference")
         return to_device(reply["output"], self._device)
 
-    def sizes_on_meta(self) -> TaskSizes | None:
-        sizes = self.request({"op": "host_sizes"}, "sizing the task")["sizes"]
+    def sizes_on_meta(self, output: bool = True) -> TaskSizes | None:
+        sizes = self.request({"op": "host_sizes", "output": output}, "sizing the task")["sizes"]
         return TaskSizes(**sizes) if sizes is not None else None
 
     def cost(self, device: str) -> dict:

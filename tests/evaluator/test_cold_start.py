@@ -146,8 +146,9 @@ def test_importing_model_new_to_find_its_load_inline_calls_waits_for_quiet(tmp_p
 @pytest.mark.slow  # builds a unit (the session's `doctor --prepare` made the headers it reads)
 def test_doctor_prepare_makes_the_machines_facts_once(prepared_machine, tmp_path, monkeypatch):
     """The session's cache was prepared by `cudagent doctor --prepare` before any test built (conftest.py): it made
-    the link audit's calibration and the precompiled headers of both headers a workspace's kernels start with at
-    once, not at a build's second miss, and a kernel's first unit then compiles with them."""
+    the link audit's calibration and the precompiled headers of both headers a workspace's kernels start with (and of
+    the one a KernelBench candidate's load_inline call starts with) at once, not at a build's second miss, and a
+    kernel's first unit then compiles with them."""
     import json
 
     from tests.caches import session_cache
@@ -159,7 +160,8 @@ def test_doctor_prepare_makes_the_machines_facts_once(prepared_machine, tmp_path
     assert any((session_cache() / "link-baseline").iterdir())
     assert checks["precompiled headers"]["ok"], checks
     assert prepared_machine["pch_before"] == [], prepared_machine  # the session's first build had not run
-    assert set(prepared_machine["pch_after"]) == {"torch/types.h", "torch/extension.h"}, prepared_machine
+    # both workspace headers, and torch/extension.h once more with the flags a plain load_inline call compiles with
+    assert prepared_machine["pch_after"] == ["torch/extension.h", "torch/extension.h", "torch/types.h"]
 
     # a kernel's unit that starts with torch/types.h compiles with doctor's PCH: no new entry, no miss counted (in a
     # cache of the test's own, seeded with the session's: its counts are this build's alone)

@@ -3,8 +3,11 @@
     python -s -m cudagent.evaluator.jail.zygote --fd N
 
 The zygote is trusted and runs no candidate code: it imports torch and the child harness, never initializes CUDA
-(so a fork is safe; nor does it open a profiler session, which on a CUDA build of torch sets CUPTI up even for a
-CPU-only one: its children then failed to start on the H100), and forks one fresh child per request. Each child
+(so a fork is safe), and forks one fresh child per request. On a CPU-only build of torch it also opens one empty
+profiler session first: a process's first session costs about a second of CPU (Kineto's set-up), and every child
+would pay it again (runtime_audit.warm_profiler); a forked child's first then takes milliseconds. On a CUDA build it
+opens none: there a session sets CUPTI up even for CPU activities only, and the zygote's children then failed to
+start on the H100. Each child
 leaves the zygote's session, takes the environment, working directory and output pipe its request names, and
 becomes an ordinary `child.py` harness through entry.py (its keeper, its confinement). For candidates the zygote
 itself runs in the jail (bubblewrap, cell.py's view): the pids it reports are its namespace's, and the parent finds
@@ -105,6 +108,10 @@ def main() -> None:
 
     import cudagent.evaluator.child  # noqa: F401
     import cudagent.evaluator.jail.privileges as isolation
+    from cudagent.evaluator.audit.runtime_audit import warm_profiler
+
+    if cpu_only_torch():
+        warm_profiler(cuda=False)
 
     isolation.protect_this_process()  # its children are the candidates' processes: closed to them too
 
@@ -112,6 +119,13 @@ def main() -> None:
     sock.send(json.dumps({"ready": os.getpid()}).encode())
     serve(sock)
     os._exit(0)
+
+
+def cpu_only_torch() -> bool:
+    """Whether this torch was built without CUDA or ROCm (a profiler session then sets up no device library)."""
+    import torch
+
+    return torch.version.cuda is None and getattr(torch.version, "hip", None) is None
 
 
 # ----- the parent's side ---------------------------------------------------------------------------------------

@@ -116,9 +116,10 @@ class ReferenceWorker:
         if self.child is None:
             # CUDA and the profiler set up at start, while the reference loads and compiles: the profiler's first
             # session costs seconds, which would otherwise fall inside the kernel breakdown, on the device alone
+            # (on the CPU no baseline is profiled: a second of CPU a worker for nothing)
             jailed = self.cell() if self.cell is not None else None
             env = {} if jailed is not None else compile_cache_env()
-            child = ChildProcess(extra_env=env, device=self.device.kind, warm_profiler=True, cell=jailed)
+            child = ChildProcess(extra_env=env, device=self.device.kind, warm_profiler=self.device.is_cuda, cell=jailed)
             child.start()
             base = {"name": self.task.name, "source": self.task.source, "device": self.device.kind}
             seeds = [secrets.randbits(62) for _ in range(INPUT_SETS)]
@@ -240,7 +241,7 @@ class Baselines:
         """Whether the two workers run one after the other rather than side by side: when the task's inputs are so
         large that a timing takes a single set of them (measure.sets_for; KernelBench's 6.4 GB ReLU input), two
         workers at once would hold two copies of everything on the device, for little time saved."""
-        sizes = self.task.sizes_on_meta()
+        sizes = self.task.sizes_on_meta(output=False)
         return sizes is not None and sets_for(sizes.inputs, self.device.kind) == 1
 
     def _prepare(self, targets: list[str]) -> set[str]:

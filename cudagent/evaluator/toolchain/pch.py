@@ -165,32 +165,46 @@ class PchStore:
 
 
 def prepare(device) -> str:
-    """Make now the PCHs of the headers a workspace's kernels start with, for the workspace build's own flags: a
-    workspace of one unit per header, each unit new to the object cache (its first miss makes the PCH). What a
-    machine's first build would otherwise compile without (a first miss) or stop to make (a second)."""
+    """Make now the PCHs of the headers a workspace's kernels start with, for the workspace build's own flags (a
+    workspace of one unit per header), and of torch/extension.h for the main.cpp a KernelBench candidate's
+    load_inline call writes with torch's flags and no extra ones (one such call): each unit new to the object cache,
+    its first miss makes the PCH. What a machine's first builds would otherwise compile without (a first miss) or
+    stop to make (a second)."""
     import secrets
+    import shutil
 
+    from cudagent.evaluator.toolchain import inline
     from cudagent.evaluator.toolchain.extension import build_workspace
     from cudagent.workspace import Workspace
 
     token = secrets.token_hex(6)
-    with tempfile.TemporaryDirectory(prefix="cudagent-pch-") as scratch:
-        ws = Workspace.create(Path(scratch) / "ws", "")
-        for i, header in enumerate(WORKSPACE_HEADERS):
-            unit = f"#include <{header}>\nint cudagent_pch_{i}_{token}() {{ return {i}; }}\n"
-            (ws.kernels_dir / f"pch_{i}.cpp").write_text(unit)
-        before = os.environ.get(AT_ONCE_ENV)
-        os.environ[AT_ONCE_ENV] = "1"
-        try:
+    before = os.environ.get(AT_ONCE_ENV)
+    os.environ[AT_ONCE_ENV] = "1"
+    try:
+        with tempfile.TemporaryDirectory(prefix="cudagent-pch-") as scratch:
+            ws = Workspace.create(Path(scratch) / "ws", "")
+            for i, header in enumerate(WORKSPACE_HEADERS):
+                unit = f"#include <{header}>\nint cudagent_pch_{i}_{token}() {{ return {i}; }}\n"
+                (ws.kernels_dir / f"pch_{i}.cpp").write_text(unit)
             built = build_workspace(ws, device)
-        finally:
-            if before is None:
-                os.environ.pop(AT_ONCE_ENV, None)
-            else:
-                os.environ[AT_ONCE_ENV] = before
-    if not built.ok:
-        raise RuntimeError(f"the precompiled headers' workspace did not build: {built.errors[:300]}")
-    return ", ".join(WORKSPACE_HEADERS)
+        if not built.ok:
+            raise RuntimeError(f"the precompiled headers' workspace did not build: {built.errors[:300]}")
+        source = f"int cudagent_pch_inline_{token}() {{ return 0; }}"
+        spec = inline.InlineSpec.of_call((f"cudagent_pch_{token}", source), {"functions": [], "with_cuda": False})
+        folder = inline.folder_for(spec, device)
+        try:
+            built = inline.build(spec, device, timeout_s=600)
+        finally:  # the module itself is of no use: only its PCH stays
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.with_name(folder.name + ".lock").unlink(missing_ok=True)
+        if not built.ok:
+            raise RuntimeError(f"the precompiled header's load_inline call did not build: {built.errors[:300]}")
+    finally:
+        if before is None:
+            os.environ.pop(AT_ONCE_ENV, None)
+        else:
+            os.environ[AT_ONCE_ENV] = before
+    return ", ".join(WORKSPACE_HEADERS) + "; torch/extension.h as load_inline builds it"
 
 
 def _current(entry: Path) -> dict | None:
