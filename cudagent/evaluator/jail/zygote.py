@@ -7,11 +7,10 @@ The zygote is trusted and runs no candidate code: it imports torch and the child
 profiler session first: a process's first session costs about a second of CPU (Kineto's set-up), and every child
 would pay it again (runtime_audit.warm_profiler); a forked child's first then takes milliseconds. On a CUDA build it
 opens none: there a session sets CUPTI up even for CPU activities only, and the zygote's children then failed to
-start on the H100. Each child
-leaves the zygote's session, takes the environment, working directory and output pipe its request names, and
-becomes an ordinary `child.py` harness through entry.py (its keeper, its confinement). For candidates the zygote
-itself runs in the jail (bubblewrap, cell.py's view): the pids it reports are its namespace's, and the parent finds
-the same processes under its own numbering (procs.outer_pid).
+start on the H100. Each child leaves the zygote's session, takes the environment, working directory and output
+pipe its request names, and becomes an ordinary `child.py` harness through entry.py (its keeper, its confinement).
+For candidates the zygote itself runs in the jail (bubblewrap, cell.py's view): the pids it reports are its
+namespace's, and the parent finds the same processes under its own numbering (procs.outer_pid).
 
 Protocol on the SOCK_SEQPACKET socket N, one message per packet, JSON:
     parent -> zygote   {"env": {...}, "cwd": "...", "argv": [...]}  with two descriptors attached: the child's
@@ -110,7 +109,7 @@ def main() -> None:
     import cudagent.evaluator.jail.privileges as isolation
     from cudagent.evaluator.audit.runtime_audit import warm_profiler
 
-    if cpu_only_torch():
+    if _cpu_only_torch():
         warm_profiler(cuda=False)
 
     isolation.protect_this_process()  # its children are the candidates' processes: closed to them too
@@ -121,7 +120,7 @@ def main() -> None:
     os._exit(0)
 
 
-def cpu_only_torch() -> bool:
+def _cpu_only_torch() -> bool:
     """Whether this torch was built without CUDA or ROCm (a profiler session then sets up no device library)."""
     import torch
 
