@@ -33,14 +33,12 @@ of fresh outputs, system calls).
 
 from __future__ import annotations
 
-import functools
-import math
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from cudagent.evaluator.audit import bundled_blas
-from cudagent.evaluator.audit.perf_sampler import SAMPLE_PERIOD_NS, Sampler, Unavailable, tick_s
+from cudagent.evaluator.audit.perf_sampler import SAMPLE_PERIOD_NS, Sampler, Unavailable
 
 MIN_SAMPLES = 40  # foreign work of fewer samples than this (10 ms), however large its share: too little to tell
 FOREIGN_SHARE_OF_WORK = 0.25  # work in code that is not the candidate's, this share of the reference's or more
@@ -56,8 +54,7 @@ class Split:
     seconds: dict[str, float] = field(default_factory=dict)
     samples: int = 0
     unsampled_s: float = 0.0  # CPU time of the other processes the candidate's process started
-    residual_s: float = 0.0  # its process's CPU time less its sampled threads': threads born inside a batch, and
-    lag_threads: int = 0  # threads running at the process clock's readings: each may lag by up to a tick
+    residual_s: float = 0.0  # its process's CPU time less its sampled threads': threads born inside a batch
     kernel_s: float = 0.0  # its sampled threads' time the samples did not see: the kernel (page faults, system calls)
     thread_s: float = 0.0  # its sampled threads' CPU time, to the nanosecond (their task clocks)
     lost_s: float = 0.0  # samples the kernel could not record (a ring buffer full): time nobody saw
@@ -75,9 +72,9 @@ class Split:
 
     @property
     def unseen_s(self) -> float:
-        """The CPU time of threads the sampling did not list: the residuals of every batch summed (their signs mix:
-        each reading lags a running thread by up to a tick), less three standard deviations of that sum."""
-        return max(0.0, self.residual_s - 3 * _tick() / math.sqrt(12) * math.sqrt(self.lag_threads))
+        """The CPU time of threads the sampling did not list: the residuals of every batch summed (each already less
+        its readings' slack, so a batch's may be a little below zero)."""
+        return max(0.0, self.residual_s)
 
     def add(self, other: Split) -> None:
         for k, v in other.seconds.items():
@@ -87,7 +84,6 @@ class Split:
         self.samples += other.samples
         self.unsampled_s += other.unsampled_s
         self.residual_s += other.residual_s
-        self.lag_threads += other.lag_threads
         self.kernel_s += other.kernel_s
         self.thread_s += other.thread_s
         self.lost_s += other.lost_s
@@ -151,11 +147,6 @@ class Work:
         }
 
 
-@functools.cache
-def _tick() -> float:
-    return tick_s()
-
-
 def split_of(sampler: Sampler, own_files: list[str], calls: int = 0) -> Split:
     """A finished Sampler's time by kind of code; `own_files`: the candidate's own libraries (its hand-in's), known
     by their device and inode (the process may see them under another path, inside its jail)."""
@@ -175,7 +166,6 @@ def split_of(sampler: Sampler, own_files: list[str], calls: int = 0) -> Split:
         samples=len(sampler.ips),
         unsampled_s=sampler.children_s,
         residual_s=sampler.residual_s,
-        lag_threads=sampler.running,
         kernel_s=sampler.kernel_s,
         thread_s=sampler.thread_s,
         lost_s=sampler.lost_s,

@@ -9,9 +9,15 @@ Every thread the process has when sampling starts gets a PERF_COUNT_SW_TASK_CLOC
 SAMPLE_PERIOD_NS of its CPU time; the sampled process neither arms nor sees it. The ring buffers are read every
 DRAIN_S while the events run, so a long batch loses nothing; a buffer found full (this process kept from reading it
 for a whole buffer's worth) says how much its thread ran unseen (`lost_s`). What the samples cannot say is counted
-to the nanosecond: each event's count (its thread's CPU time while enabled), the process's CPU clock (every thread,
-ended ones too: less the counts, the time of threads born meanwhile, `residual_s`, up to a tick's lag per running
-thread either way), and the other processes it started.
+to the nanosecond: each event's count (its thread's CPU time while enabled), the time of threads born meanwhile
+(`residual_s`), and the other processes it started.
+
+Threads born meanwhile are what the process's CPU clock (every thread, ended ones too) gained beyond what the listed
+threads' scheduler clocks (/proc/<pid>/task/<tid>/schedstat) gained: the same clock of the scheduler on both sides, so
+neither a running thread's time not yet taken in at a tick nor the scheduler's own way of counting a context switch
+shows as a thread nobody listed. (Against the events' counts it did: a thread that blocks on a full pipe hundreds of
+times a call showed a few microseconds a switch beyond its count, tens of milliseconds over an evaluation, and a
+candidate that only printed was judged to work in a thread it never started.)
 """
 
 from __future__ import annotations
@@ -83,14 +89,15 @@ class Sampler:
         self._stop_drain = threading.Event()
         self._drainer: threading.Thread | None = None
         self._before = (0, 0.0)  # (the process's CPU clock in ns, its children's CPU seconds) when enabled
+        self._sched_before: dict[int, int] = {}  # each listed thread's scheduler clock (ns) when enabled
+        self._sched_after: dict[int, int] = {}  # ... when disabled; a thread that ended meanwhile is missing
         self._window_s = 0.0  # wall time between reading the clocks and enabling (or disabling) every event
         self.process_ns = self.thread_ns = 0  # while enabled: the process's CPU time, its sampled threads' (summed)
         self.children_s = 0.0  # what the other processes it started used meanwhile
         # after leaving, in seconds: samples read, samples dropped, the sampled threads' CPU time, the time of threads
         # not sampled, and the sampled threads' time in the kernel
         self.sampled_s = self.lost_s = self.thread_s = self.residual_s = self.kernel_s = 0.0
-        self.running = 0  # listed threads found running at the clock's two readings (only those can lag)
-        self._tids: list[int] = []
+        self._tids: list[int] = []  # the threads sampled, one for each event
 
     def __enter__(self) -> Sampler:
         nr = _SYSCALL.get(platform.machine())
@@ -107,8 +114,7 @@ class Sampler:
             flags=_FLAG_DISABLED | _FLAG_EXCLUDE_KERNEL | _FLAG_EXCLUDE_HV,
         )
         try:
-            self._tids = sorted(int(t) for t in os.listdir(f"/proc/{self.pid}/task"))
-            for tid in self._tids:
+            for tid in sorted(int(t) for t in os.listdir(f"/proc/{self.pid}/task")):
                 fd = libc.syscall(ctypes.c_long(nr), ctypes.byref(attr), tid, -1, -1, ctypes.c_ulong(0))
                 if fd < 0:
                     err = ctypes.get_errno()
@@ -117,6 +123,7 @@ class Sampler:
                     raise Unavailable(f"perf_event_open refused ({os.strerror(err)})")
                 buf = mmap.mmap(fd, (1 + _PAGES) * mmap.PAGESIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
                 self.events.append((fd, buf))
+                self._tids.append(tid)
             children_s = self._children_s()
         except (OSError, Unavailable):
             self._close()
@@ -131,10 +138,13 @@ class Sampler:
         except OSError as exc:
             self._close()
             raise Unavailable(f"the process's CPU clock cannot be read ({exc})") from None
+        self._sched_before = _scheduler_ns(self.pid, self._tids)
+        if not self._sched_before and os.path.exists(f"/proc/{self.pid}"):
+            self._close()
+            raise Unavailable("this kernel keeps no scheduler clock per thread (/proc/<pid>/task/<tid>/schedstat)")
         for fd, _ in self.events:
             fcntl.ioctl(fd, _IOC_ENABLE, 0)
         self._window_s = time.monotonic() - t0
-        self.running = _running(self.pid, self._tids)
         self._tails = [0] * len(self.events)
         self._sampled = [0] * len(self.events)  # samples read from each ring buffer
         self._full = [False] * len(self.events)  # a ring buffer found with no room left: samples were dropped
@@ -173,8 +183,8 @@ class Sampler:
             process_ns = _process_cpu_ns(self.pid)
         except OSError:  # the process is gone: the batch failed, and nothing here is judged
             process_ns = self._before[0]
+        self._sched_after = _scheduler_ns(self.pid, self._tids)
         self._window_s += time.monotonic() - t0
-        self.running += _running(self.pid, self._tids)
         self.process_ns = max(0, process_ns - self._before[0])
         self.children_s = max(0.0, self._children_s() - self._before[1])
         self._counts = [_count(fd) for fd, _ in self.events]
@@ -200,11 +210,18 @@ class Sampler:
             if full
         )
         self.thread_s = self.thread_ns / 1e9
-        # a listed thread runs at most the windows' wall time between a clock's reading and its event's switch; what
-        # is left may be either sign: the process clock takes a running thread's time in at the scheduler's tick,
-        # so it lags by up to a tick at each reading (attribution.Split weighs the sum of many batches' residuals)
+        # the listed threads' time by the scheduler's clock, the one the process clock sums; a listed thread that
+        # ended meanwhile by its event's count (the scheduler's clock of an ended thread is only in the process's)
+        listed_ns = 0
+        for tid, count in zip(self._tids, self._counts):
+            if tid not in self._sched_before:
+                continue  # ended before it was read: its time is not in the process clock's gain either
+            after = self._sched_after.get(tid)
+            listed_ns += after - self._sched_before[tid] if after is not None else count
+        # a listed thread's clock may move between the readings of the process's and its own: at most the windows'
+        # wall time each, and either sign (the slack goes to the candidate)
         slack = (len(self.events) + 1) * self._window_s
-        self.residual_s = self.process_ns / 1e9 - self.thread_s - slack
+        self.residual_s = (self.process_ns - listed_ns) / 1e9 - slack
         self.kernel_s = max(0.0, self.thread_s - self.sampled_s - self.lost_s)
 
     def _children_s(self) -> float:
@@ -223,32 +240,18 @@ def _process_cpu_ns(pid: int) -> int:
     return time.clock_gettime_ns(((~pid) << 3) | 2)
 
 
-def _running(pid: int, tids: list[int]) -> int:
-    """How many of the threads `tids` of process `pid` are running or runnable now (state R in their stat)."""
-    n = 0
+def _scheduler_ns(pid: int, tids: list[int]) -> dict[int, int]:
+    """Each of the threads `tids` of process `pid` by its scheduler clock in nanoseconds (the first field of its
+    schedstat: the sum the process's CPU clock adds up, not brought up to date for a thread running now, as that
+    clock's is not); a thread that has ended is missing."""
+    clocks = {}
     for tid in tids:
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-                n += f.read().rsplit(b")", 1)[1].split()[0] == b"R"
-        except (OSError, IndexError):
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                clocks[tid] = int(f.read().split()[0])
+        except (OSError, IndexError, ValueError):
             continue
-    return n
-
-
-def tick_s() -> float:
-    """The scheduler's tick (1/CONFIG_HZ) from the kernel's own configuration where it is readable, else 10 ms (the
-    longest: HZ=100). The process clock takes a running thread's time in at each tick."""
-    import gzip
-
-    for path, opener in ((f"/boot/config-{os.uname().release}", open), ("/proc/config.gz", gzip.open)):
-        try:
-            with opener(path, "rt") as f:
-                for line in f:
-                    if line.startswith("CONFIG_HZ="):
-                        return 1.0 / int(line.split("=", 1)[1])
-        except (OSError, ValueError):
-            continue
-    return 0.01
+    return clocks
 
 
 def _count(fd: int) -> int:
