@@ -51,8 +51,11 @@ BAD = {
 }
 
 
-def run_cli(args, tmp_path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, CUDAGENT_HOME=str(tmp_path / "home"), CUDAGENT_TASK_TIMEOUT_S="5", PYTHONWARNINGS="ignore")
+def run_cli(args, tmp_path, task_timeout_s: int = 5) -> subprocess.CompletedProcess:
+    """`cudagent ARGS`; a task gets `task_timeout_s` to load and run (short: the files here that hang need not wait
+    for the default)."""
+    env = dict(os.environ, CUDAGENT_HOME=str(tmp_path / "home"), PYTHONWARNINGS="ignore")
+    env["CUDAGENT_TASK_TIMEOUT_S"] = str(task_timeout_s)
     env["OPENAI_BASE_URL"] = "http://127.0.0.1:9/v1"  # never reached: the task is checked first
     return subprocess.run(
         [sys.executable, "-m", "cudagent", *args], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
@@ -113,7 +116,8 @@ def test_a_cuda_solution_checked_on_a_cpu_build_is_refused_before_compiling(tmp_
     task = REPO / "examples" / "tasks" / "softmax.py"
     solution = REPO / "examples" / "solutions" / "cuda" / "softmax"
     started = time.monotonic()
-    proc = run_cli(["check", str(task), str(solution), "--device", "cpu", "--no-timing"], tmp_path)
+    # a real task, whose check took more than 5 s on a loaded machine: the default limit
+    proc = run_cli(["check", str(task), str(solution), "--device", "cpu", "--no-timing"], tmp_path, task_timeout_s=300)
     took = time.monotonic() - started
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "but this is a CPU build" in proc.stderr + proc.stdout and "includes <" in proc.stderr + proc.stdout

@@ -160,6 +160,8 @@ def test_a_toolchain_header_replaced_is_seen_and_a_clock_macro_is_never_looked_u
     limit.write_text("#define LIMIT 20\n")  # a reinstall: a new inode and change time, the old modification time
     os.utime(limit, ns=(times.st_atime_ns, times.st_mtime_ns))
     assert build() == ("PC", 21)
-    (root / "ws" / "value.h").write_text("#define VALUE (sizeof(__TIME__) - 8)\n")
+    # __DATE__, not __TIME__: the text must stay the same between the two builds below (a second apart on a loaded
+    # machine, __TIME__'s text differed and the third build compiled)
+    (root / "ws" / "value.h").write_text("#define VALUE (sizeof(__DATE__) - 11)\n")
     assert build() == ("PC", 21)
     assert build() == ("P", 21)  # preprocessed every time (then a copy): its files name the clock

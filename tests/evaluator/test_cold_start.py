@@ -147,8 +147,8 @@ def test_importing_model_new_to_find_its_load_inline_calls_waits_for_quiet(tmp_p
 def test_doctor_prepare_makes_the_machines_facts_once(prepared_machine, tmp_path, monkeypatch):
     """The session's cache was prepared by `cudagent doctor --prepare` before any test built (conftest.py): it made
     the link audit's calibration and the precompiled headers of both headers a workspace's kernels start with (and of
-    the one a KernelBench candidate's load_inline call starts with) at once, not at a build's second miss, and a
-    kernel's first unit then compiles with them."""
+    the one a KernelBench candidate's load_inline call starts with) at once, not at a build's second miss, without
+    compiling a unit of its own, and a kernel's first unit and a load_inline call's then compile with them."""
     import json
 
     from tests.caches import session_cache
@@ -180,6 +180,12 @@ def test_doctor_prepare_makes_the_machines_facts_once(prepared_machine, tmp_path
     unit = next(ws.kernels_dir.glob("*.cpp"))
     unit.write_text(unit.read_text() + "\nint doctor_pch_probe() { return 7; }\n")  # new to the object cache
     assert build_workspace(ws, resolve_device("cpu")).ok
+    # and a plain load_inline call's main.cpp, new to the object cache, with doctor's torch/extension.h
+    from cudagent.evaluator.toolchain import inline
+
+    source = "torch::Tensor doctor_pch_probe(torch::Tensor x) { return x; }"
+    spec = inline.InlineSpec.of_call(("doctor_pch_probe", source), {"functions": ["doctor_pch_probe"]})
+    assert inline.build(spec, resolve_device("cpu"), timeout_s=600).ok
     assert sorted(p.name for p in (cache / "pch").iterdir()) == entries
     assert {m: m.read_text() for m in (cache / "pch").glob("*/misses")} == misses
 

@@ -19,6 +19,7 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 import sys
 import sysconfig
 import time
@@ -146,10 +147,15 @@ class Unit:
 
 
 def build_workspace(
-    ws: Workspace, device: DeviceInfo, timeout_s: float = DEFAULT_BUILD_TIMEOUT_S, jail: Jail | None = None
+    ws: Workspace,
+    device: DeviceInfo,
+    timeout_s: float = DEFAULT_BUILD_TIMEOUT_S,
+    jail: Jail | None = None,
+    pch_only: bool = False,
 ) -> BuildResult:
     """Build `cuda_extension.so` in the workspace's build folder (outside the workspace: ws.build_dir) from
-    binding.cpp and kernels/ (CPU mode: the .cpp sources only), in `jail` (the machine's; None: unjailed)."""
+    binding.cpp and kernels/ (CPU mode: the .cpp sources only), in `jail` (the machine's; None: unjailed).
+    `pch_only`: make only the precompiled headers its units would compile with (run_ninja)."""
     start = time.monotonic()
     restored = ws.ensure_infrastructure()
     refused = ws.unbuildable()  # only audited source text reaches the compiler (no precompiled header, no binary)
@@ -174,6 +180,8 @@ def build_workspace(
                 "or no GPU here): check these kernels on a GPU, or give C++ kernels for the CPU",
             )
     units = [Unit(src, "nvcc" if src.suffix == ".cu" else "cxx") for src in sources]
+    if pch_only:  # binding.cpp is the same text in every workspace: the object cache serves it after its first build
+        units = [u for u in units if u.source != ws.root / "binding.cpp"]
     extra_inc, extra_ld = _cudnn_flags() if (tc.cuda and "cudnn" in _libraries_used(sources)) else ([], [])
     # `ws` is the workspace seen from the build folder: kernels may include "binding_registry.h" or
     # "../binding_registry.h", and every workspace's command lines are the same (the compiler cache serves them all)
@@ -193,7 +201,10 @@ def build_workspace(
         source_name=lambda src: os.path.join(WS_LINK, os.path.relpath(src, ws.root)),
         jail=jail,
         read=[str(ws.root)],
+        pch_only=pch_only,
     )
+    if pch_only:
+        return result
     result.restored = restored
     result.recompiled = [s.removeprefix(WS_LINK + os.sep) for s in result.recompiled]
     if result.ok:
@@ -268,15 +279,20 @@ def run_ninja(
     source_name=None,
     jail: Jail | None = None,
     read: list[str] | None = None,
+    pch_only: bool = False,
 ) -> BuildResult:
     """Write `folder/build.ninja` (C++ units through the machine's object cache) for `target` from `units` with
     `flags` (C++, nvcc, linker), and build it in `jail` (jail/compiler.py: the compilers read the toolchain and
     `read`, and write `folder` and the compiler cache); `start` is when the build began (by time.monotonic).
-    source_name: how build.ninja names a unit's source (relative to `folder`)."""
+    source_name: how build.ninja names a unit's source (relative to `folder`). `pch_only`: instead of building, make
+    the precompiled headers its C++ units would compile with (objcache.make_pch), from the commands ninja reads in
+    that file, here (trusted sources only: `doctor --prepare`'s)."""
     source_name = source_name or (lambda src: os.path.relpath(src, folder))
     object_name = lambda src: source_name(src).removeprefix(WS_LINK + os.sep)  # noqa: E731
     _write_if_changed(folder / "build.ninja", _ninja_text(tc, units, flags, target, source_name, object_name))
     ninja = _ninja_binary()
+    if pch_only:
+        return _make_pchs(ninja, folder, target, start)
     scratch = folder / ".tmp"
     scratch.mkdir(exist_ok=True)
     caches = [cache_dir() / "objects", cache_dir() / "manifests", cache_dir() / "pch"]
@@ -313,6 +329,24 @@ def run_ninja(
         errors = summarize(output) if summarize else output[-8000:]
         return BuildResult(False, seconds, None, recompiled, errors, output)
     return BuildResult(True, seconds, library, recompiled, "", output)
+
+
+def _make_pchs(ninja: str, folder: Path, target: str, start: float) -> BuildResult:
+    """The precompiled headers of `folder/build.ninja`'s C++ units made, side by side (run_ninja's `pch_only`)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cudagent.evaluator.toolchain.objcache import make_pch
+
+    listed = subprocess.run([ninja, "-C", str(folder), "-t", "commands", target], capture_output=True, text=True)
+    if listed.returncode != 0:
+        return BuildResult(False, time.monotonic() - start, errors=listed.stdout + listed.stderr)
+    marker = "cudagent.evaluator.toolchain.objcache"
+    units = [argv[argv.index(marker) + 1 :] for argv in map(shlex.split, listed.stdout.splitlines()) if marker in argv]
+    with ThreadPoolExecutor(max(1, len(units))) as pool:
+        made = list(pool.map(lambda argv: make_pch(argv, cache_dir(), folder), units))
+    missing = [argv[argv.index("-c") + 1] for argv, ok in zip(units, made) if not ok]
+    errors = f"no precompiled header applies to {', '.join(missing)}" if missing else ""
+    return BuildResult(not missing, time.monotonic() - start, errors=errors)
 
 
 @functools.cache

@@ -364,9 +364,10 @@ def include_problem(spec: InlineSpec) -> str | None:
     return None
 
 
-def build(spec: InlineSpec, device: DeviceInfo, timeout_s: float, jail=None):
+def build(spec: InlineSpec, device: DeviceInfo, timeout_s: float, jail=None, pch_only: bool = False):
     """Compile the spec's main.cpp and cuda.cu into `folder_for(spec, device)/<name>.so` (a BuildResult), in the
-    build's jail; one build of a call at a time on a machine, and a call already built costs a ninja no-op."""
+    build's jail; one build of a call at a time on a machine, and a call already built costs a ninja no-op.
+    `pch_only`: make only the precompiled headers its C++ units would compile with (extension.run_ninja)."""
     import fcntl
 
     from cudagent.evaluator.toolchain.extension import (
@@ -433,9 +434,12 @@ def build(spec: InlineSpec, device: DeviceInfo, timeout_s: float, jail=None):
                 summarize=lambda output: summarize_output(output, [str(folder) + os.sep]),
                 jail=jail,
                 read=list(spec.extra_include_paths),
+                pch_only=pch_only,
             )
 
         built = ninja()
+        if pch_only:
+            return built
         if lean is not None and not built.ok and _UNDECLARED.search(built.log or built.errors):  # as written, then
             _write(folder / "cuda.cu", cuda)
             recompiled = built.recompiled

@@ -140,6 +140,12 @@ def compile_unit(argv: list[str], root: Path) -> int:
         return status
 
 
+def make_pch(argv: list[str], root: Path, cwd: Path) -> bool:
+    """Make now the precompiled header a miss of this unit (run in `cwd`) would compile with, without compiling the
+    unit (pch.py; `doctor --prepare`); whether one applies to it."""
+    return PchStore(root, _compiler_identity(argv[0])).arguments_for(argv, cwd) != argv
+
+
 def _copied(entry: Path, out: str, dep: str | None, with_text: bool = False) -> bool:
     """The unit's object copied from its cache entry, and what its compile printed written; False on a miss.
     `with_text`: the audited text stored with the entry is copied beside the object too (a direct hit, which has

@@ -109,15 +109,15 @@ class PchStore:
     def __init__(self, root: Path, compiler_identity: list):
         self.root, self.identity = Path(root) / "pch", compiler_identity
 
-    def arguments_for(self, argv: list[str]) -> list[str]:
+    def arguments_for(self, argv: list[str], cwd: Path | None = None) -> list[str]:
         """`argv` with the PCH's folder searched first, when one applies (made now if this is its second miss);
-        `argv` unchanged otherwise."""
+        `argv` unchanged otherwise. `cwd`: the folder the command runs in (default: this process's)."""
         split = _split(argv)
         if split is None:
             return argv
         compiler, flags, local, source = split
         try:
-            header = leading_system_include(Path(source).read_text(errors="replace"))
+            header = leading_system_include((Path(cwd or ".") / source).read_text(errors="replace"))
         except OSError:
             return argv
         if header is None:
@@ -127,7 +127,7 @@ class PchStore:
             manifest = self._ready(entry, compiler, flags, header)
         except OSError:  # a cache that cannot be written or read: compile without
             return argv
-        if manifest is None or self._shadowed(manifest, local):
+        if manifest is None or self._shadowed(manifest, [os.path.join(cwd or ".", d) for d in local]):
             return argv
         return [compiler, "-isystem", str(entry / "include"), *argv[1:]]
 
@@ -167,11 +167,12 @@ class PchStore:
 def prepare(device) -> str:
     """Make now the PCHs of the headers a workspace's kernels start with, for the workspace build's own flags (a
     workspace of one unit per header), and of torch/extension.h for the main.cpp a KernelBench candidate's
-    load_inline call writes with torch's flags and no extra ones (one such call): each unit new to the object cache,
-    its first miss makes the PCH. What a machine's first builds would otherwise compile without (a first miss) or
-    stop to make (a second)."""
+    load_inline call writes with torch's flags and no extra ones (one such call). The builds are written as usual and
+    only their PCHs made (`pch_only`: the units themselves are of no use), the two builds side by side. What a
+    machine's first builds would otherwise compile without (a first miss) or stop to make (a second)."""
     import secrets
     import shutil
+    from concurrent.futures import ThreadPoolExecutor
 
     from cudagent.evaluator.toolchain import inline
     from cudagent.evaluator.toolchain.extension import build_workspace
@@ -180,26 +181,23 @@ def prepare(device) -> str:
     token = secrets.token_hex(6)
     before = os.environ.get(AT_ONCE_ENV)
     os.environ[AT_ONCE_ENV] = "1"
+    source = f"int cudagent_pch_inline_{token}() {{ return 0; }}"
+    spec = inline.InlineSpec.of_call((f"cudagent_pch_{token}", source), {"functions": [], "with_cuda": False})
+    folder = inline.folder_for(spec, device)
     try:
-        with tempfile.TemporaryDirectory(prefix="cudagent-pch-") as scratch:
+        with tempfile.TemporaryDirectory(prefix="cudagent-pch-") as scratch, ThreadPoolExecutor(2) as pool:
             ws = Workspace.create(Path(scratch) / "ws", "")
             for i, header in enumerate(WORKSPACE_HEADERS):
                 unit = f"#include <{header}>\nint cudagent_pch_{i}_{token}() {{ return {i}; }}\n"
                 (ws.kernels_dir / f"pch_{i}.cpp").write_text(unit)
-            built = build_workspace(ws, device)
-        if not built.ok:
-            raise RuntimeError(f"the precompiled headers' workspace did not build: {built.errors[:300]}")
-        source = f"int cudagent_pch_inline_{token}() {{ return 0; }}"
-        spec = inline.InlineSpec.of_call((f"cudagent_pch_{token}", source), {"functions": [], "with_cuda": False})
-        folder = inline.folder_for(spec, device)
-        try:
-            built = inline.build(spec, device, timeout_s=600)
-        finally:  # the module itself is of no use: only its PCH stays
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.with_name(folder.name + ".lock").unlink(missing_ok=True)
-        if not built.ok:
-            raise RuntimeError(f"the precompiled header's load_inline call did not build: {built.errors[:300]}")
+            workspace = pool.submit(build_workspace, ws, device, pch_only=True)
+            load_inline = pool.submit(inline.build, spec, device, timeout_s=600, pch_only=True)
+            for what, built in (("workspace", workspace.result()), ("load_inline call", load_inline.result())):
+                if not built.ok:
+                    raise RuntimeError(f"the precompiled headers of the {what} were not made: {built.errors[:300]}")
     finally:
+        shutil.rmtree(folder, ignore_errors=True)  # the call's build folder is of no use: only its PCH stays
+        folder.with_name(folder.name + ".lock").unlink(missing_ok=True)
         if before is None:
             os.environ.pop(AT_ONCE_ENV, None)
         else:
