@@ -332,21 +332,22 @@ def run_ninja(
 
 
 def _make_pchs(ninja: str, folder: Path, target: str, start: float) -> BuildResult:
-    """The precompiled headers of `folder/build.ninja`'s C++ units made, side by side (run_ninja's `pch_only`)."""
+    """The precompiled headers of `folder/build.ninja`'s C++ units made, side by side (run_ninja's `pch_only`): each
+    compile command ninja would run, with objcache's `--pch-only`."""
     from concurrent.futures import ThreadPoolExecutor
-
-    from cudagent.evaluator.toolchain.objcache import make_pch
 
     listed = subprocess.run([ninja, "-C", str(folder), "-t", "commands", target], capture_output=True, text=True)
     if listed.returncode != 0:
         return BuildResult(False, time.monotonic() - start, errors=listed.stdout + listed.stderr)
     marker = "cudagent.evaluator.toolchain.objcache"
-    units = [argv[argv.index(marker) + 1 :] for argv in map(shlex.split, listed.stdout.splitlines()) if marker in argv]
-    with ThreadPoolExecutor(max(1, len(units))) as pool:
-        made = list(pool.map(lambda argv: make_pch(argv, cache_dir(), folder), units))
-    missing = [argv[argv.index("-c") + 1] for argv, ok in zip(units, made) if not ok]
-    errors = f"no precompiled header applies to {', '.join(missing)}" if missing else ""
-    return BuildResult(not missing, time.monotonic() - start, errors=errors)
+    units = [argv for argv in map(shlex.split, listed.stdout.splitlines()) if marker in argv]
+    only = [[*argv[: argv.index(marker) + 1], "--pch-only", *argv[argv.index(marker) + 1 :]] for argv in units]
+    with ThreadPoolExecutor(max(1, len(only))) as pool:
+        runs = list(pool.map(lambda argv: subprocess.run(argv, cwd=folder, capture_output=True, text=True), only))
+    failed = [
+        f"{argv[argv.index('-c') + 1]}: {run.stderr.strip()[-300:]}" for argv, run in zip(units, runs) if run.returncode
+    ]
+    return BuildResult(not failed, time.monotonic() - start, errors="; ".join(failed))
 
 
 @functools.cache

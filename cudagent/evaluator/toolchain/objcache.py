@@ -1,6 +1,7 @@
 """A compiler cache for the C++ units of workspace builds, shared by every workspace and episode of a machine.
 
     python -m cudagent.evaluator.toolchain.objcache CXX -MMD -MF OUT.d FLAGS... -c SRC -o OUT  (build.ninja runs it)
+    python -m cudagent.evaluator.toolchain.objcache --pch-only CXX ...   (only the PCH a miss would compile with)
 
 An object is reused only for the same translation unit: the key is the compiler (its path, size and modification
 time), the whole command line (in build.ninja every workspace path is relative, so two workspaces give the same
@@ -251,8 +252,12 @@ def main() -> None:
     from cudagent.resources import cache_dir
 
     argv = sys.argv[1:]
+    if argv[:1] == ["--pch-only"]:  # doctor --prepare (extension.run_ninja's pch_only)
+        if not make_pch(argv[1:], cache_dir(), Path.cwd()):
+            sys.exit(f"no precompiled header applies to {' '.join(argv[1:])[-200:]}")
+        sys.exit(0)
     if not argv:
-        sys.exit("usage: python -m cudagent.evaluator.toolchain.objcache COMPILER ARGS... -c SRC -o OUT")
+        sys.exit("usage: python -m cudagent.evaluator.toolchain.objcache [--pch-only] COMPILER ARGS... -c SRC -o OUT")
     sys.exit(compile_unit(argv, cache_dir()))
 
 
