@@ -228,7 +228,9 @@ async def _episode(tmp_path, pool, i: int) -> tuple:
 
 
 async def _run_many(tmp_path, url: str, n: int) -> list[tuple[int, str]]:
-    pool = EvaluatorPool([url], TOKEN)
+    # the episodes past the queue's bound retry while the others are served: 180 s (the default) ran out once on a
+    # loaded two-core machine, 16 still waiting or running
+    pool = EvaluatorPool([url], TOKEN, retry_window_s=600)
 
     async def one(i):
         result, recorder = await _episode(tmp_path, pool, i)
