@@ -7,7 +7,7 @@ never load candidate code; and ninja then sees every source through the folder's
 sources recompile, every workspace's command lines are the same (the compiler cache serves them all), and nothing
 is ever wiped.
 
-One module of about 450 lines: the ninja file, the flags torch would pass, where the build runs (its jail, its
+One module of about 560 lines: the ninja file, the flags torch would pass, where the build runs (its jail, its
 folder) and the compiler output the agent reads are one build, read together.
 """
 
