@@ -142,9 +142,9 @@ def compile_unit(argv: list[str], root: Path) -> int:
 
 
 def make_pch(argv: list[str], root: Path, cwd: Path) -> bool:
-    """Make now the precompiled header a miss of this unit (run in `cwd`) would compile with, without compiling the
-    unit (pch.py; `doctor --prepare`); whether one applies to it."""
-    return PchStore(root, _compiler_identity(argv[0])).arguments_for(argv, cwd) != argv
+    """Make now the precompiled header a miss of this unit (run in `cwd`) would compile with, at its first miss,
+    without compiling the unit (pch.py; `doctor --prepare`); whether one applies to it."""
+    return PchStore(root, _compiler_identity(argv[0])).arguments_for(argv, cwd, at_once=True) != argv
 
 
 def _copied(entry: Path, out: str, dep: str | None, with_text: bool = False) -> bool:

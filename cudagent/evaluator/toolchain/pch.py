@@ -35,7 +35,6 @@ from pathlib import Path
 # Only headers heavy enough to be worth hundreds of megabytes: torch's, and pybind11 (which torch's include).
 HEAVY_PREFIXES = ("torch/", "ATen/", "c10/", "pybind11/")
 MISSES_BEFORE_PCH = 2
-AT_ONCE_ENV = "CUDAGENT_PCH_AT_ONCE"  # 1: a miss makes its PCH at once (`prepare`, for `cudagent doctor --prepare`)
 # The headers a workspace's kernels start with (the examples, the skills, KernelBench's sources)
 WORKSPACE_HEADERS = ("torch/types.h", "torch/extension.h")
 _INCLUDE = re.compile(r"#\s*include\s*<([^>\s]+)>\s*$")
@@ -109,9 +108,10 @@ class PchStore:
     def __init__(self, root: Path, compiler_identity: list):
         self.root, self.identity = Path(root) / "pch", compiler_identity
 
-    def arguments_for(self, argv: list[str], cwd: Path | None = None) -> list[str]:
-        """`argv` with the PCH's folder searched first, when one applies (made now if this is its second miss);
-        `argv` unchanged otherwise. `cwd`: the folder the command runs in (default: this process's)."""
+    def arguments_for(self, argv: list[str], cwd: Path | None = None, at_once: bool = False) -> list[str]:
+        """`argv` with the PCH's folder searched first, when one applies (made now if this is its second miss, or
+        its first `at_once`: `prepare`'s); `argv` unchanged otherwise. `cwd`: the folder the command runs in (default:
+        this process's)."""
         split = _split(argv)
         if split is None:
             return argv
@@ -124,15 +124,15 @@ class PchStore:
             return argv
         entry = self.root / hashlib.sha256(json.dumps([self.identity, flags, header]).encode()).hexdigest()[:32]
         try:
-            manifest = self._ready(entry, compiler, flags, header)
+            manifest = self._ready(entry, compiler, flags, header, at_once)
         except OSError:  # a cache that cannot be written or read: compile without
             return argv
         if manifest is None or self._shadowed(manifest, [os.path.join(cwd or ".", d) for d in local]):
             return argv
         return [compiler, "-isystem", str(entry / "include"), *argv[1:]]
 
-    def _ready(self, entry: Path, compiler: str, flags: list[str], header: str) -> dict | None:
-        """The entry's manifest when its PCH is there and current; made here on the second miss."""
+    def _ready(self, entry: Path, compiler: str, flags: list[str], header: str, at_once: bool) -> dict | None:
+        """The entry's manifest when its PCH is there and current; made here on the second miss (`at_once`: first)."""
         manifest = _current(entry)
         if manifest is not None:
             os.utime(entry)  # recently used (objcache.trim)
@@ -142,7 +142,7 @@ class PchStore:
         entry.mkdir(parents=True, exist_ok=True)
         with open(entry / "misses", "a") as f:
             f.write("1\n")
-        needed = 1 if os.environ.get(AT_ONCE_ENV) == "1" else MISSES_BEFORE_PCH
+        needed = 1 if at_once else MISSES_BEFORE_PCH
         if (entry / "misses").read_text().count("\n") < needed:
             return None
         with open(entry.parent / f"{entry.name}.lock", "w") as lock:
@@ -179,8 +179,6 @@ def prepare(device) -> str:
     from cudagent.workspace import Workspace
 
     token = secrets.token_hex(6)
-    before = os.environ.get(AT_ONCE_ENV)
-    os.environ[AT_ONCE_ENV] = "1"
     source = f"int cudagent_pch_inline_{token}() {{ return 0; }}"
     spec = inline.InlineSpec.of_call((f"cudagent_pch_{token}", source), {"functions": [], "with_cuda": False})
     folder = inline.folder_for(spec, device)
@@ -198,10 +196,6 @@ def prepare(device) -> str:
     finally:
         shutil.rmtree(folder, ignore_errors=True)  # the call's build folder is of no use: only its PCH stays
         folder.with_name(folder.name + ".lock").unlink(missing_ok=True)
-        if before is None:
-            os.environ.pop(AT_ONCE_ENV, None)
-        else:
-            os.environ[AT_ONCE_ENV] = before
     return ", ".join(WORKSPACE_HEADERS) + "; torch/extension.h as load_inline builds it"
 
 
