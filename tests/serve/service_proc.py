@@ -82,7 +82,10 @@ class ServiceProcess:
 
     # ----- raw HTTP, for the refusal tests ---------------------------------------------------------------------
 
-    def request(self, method: str, path: str, body: bytes | None = None, token: str | None = TOKEN, headers=None):
+    def request(self, method: str, path: str, body: bytes | None = None, token: str | None = TOKEN, headers=None,
+                timeout_s: float = 600):
+        """`timeout_s` only guards against a hang: a timed evaluation queued behind another on a loaded two-core CI
+        machine took 127 s (stop 62's CI failed on the old 120 s here)."""
         req = urllib.request.Request(f"{self.url}{path}", data=body, method=method)
         if token is not None:
             req.add_header("Authorization", f"Bearer {token}")
@@ -90,7 +93,7 @@ class ServiceProcess:
         for k, v in (headers or {}).items():
             req.add_header(k, v)
         try:
-            with urllib.request.urlopen(req, timeout=120) as resp:
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
                 return resp.status, json.loads(resp.read())
         except urllib.error.HTTPError as err:
             return err.code, json.loads(err.read())
