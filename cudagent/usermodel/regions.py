@@ -16,6 +16,10 @@ Python runs, with the shapes and dtypes of the example inputs) is grouped around
   and the mask's construction where it depends on shapes alone (a causal mask built from `arange`s, as a traced
   transformers model materializes it): folded into every attention region that reads it (`folded`), so that the
   region's task computes it from its inputs' shapes and its kernel may know the mask is causal instead of reading it;
+  and with what its q, k and v projections' outputs go through on the way to it alone, beyond views (Llama's rotary
+  embedding, GQA's repeat of k and v): a GEMM library cannot apply that as an epilogue, and torch.compile runs it as
+  passes of its own (the repeated k and v written out at the query's head count), where an attention kernel applies
+  it to each tile it loads;
 - what elementwise work is left, connected, is a region of its own.
 
 Views and reshapes go with what they view. A region that a path would leave and re-enter is not offered (one call
@@ -58,6 +62,11 @@ POINTWISE = set(
 VIEWS = set(
     "view reshape _unsafe_view permute transpose t unsqueeze squeeze expand contiguous slice select flatten "
     "unflatten split split_with_sizes chunk unbind narrow view_as expand_as repeat_interleave cat stack getitem".split()
+)
+# views that only look at their input's memory again (an expand then a reshape, a cat, a repeat write a copy)
+PURE_VIEWS = set(
+    "view _unsafe_view permute transpose t unsqueeze squeeze slice select split split_with_sizes chunk unbind "
+    "narrow view_as getitem alias".split()
 )
 
 
@@ -260,6 +269,14 @@ def group(program) -> list[Region]:
             source = producer(node)
             if source in region_of:
                 region_of[node] = region_of[source]
+    # 5. attention's prologue: what a projection's region does to q, k or v on the way to an attention that alone
+    #    reads it (the rotary embedding, GQA's repeat of k and v) goes to the attention
+    for node in nodes:
+        if op_name(node) in ANCHORS["attention"] and node in region_of:
+            target = find(region_of[node])
+            for value in node.args[:3]:
+                for step in _attention_prologue(value, node, region_of, find, anchor_kind):
+                    region_of[step] = target
     members: dict[int, list] = {}
     for node in nodes:
         if node in region_of:
@@ -282,6 +299,33 @@ def group(program) -> list[Region]:
         region.folded = [n.name for n in folded]
         regions.append(region)
     return regions
+
+
+def _attention_prologue(value, attention, region_of: dict, find, anchor_kind: dict) -> list:
+    """The nodes of the GEMM region that makes `value` (an input of `attention`) between its GEMM and `value`, when
+    they do more than view the GEMM's output (a rotary embedding's products and sums, GQA's expand and reshape, a
+    copy) and every value they make is read by each other or by `attention` alone; [] otherwise. A GEMM library
+    cannot apply them as its epilogue and torch.compile runs them as passes of their own over q, k and v (the
+    repeated k and v written out at the query's head count); an attention kernel applies them to each tile it
+    loads. Pure views (GPT-2's split of one projection into q, k and v) stay with the GEMM."""
+    if getattr(value, "op", None) != "call_function" or value not in region_of:
+        return []
+    rid = find(region_of[value])
+    if anchor_kind[rid] != "gemm":
+        return []
+    chain, stack = [], [value]
+    while stack:
+        node = stack.pop()
+        if node in chain or node not in region_of or find(region_of[node]) != rid or _anchor(op_name(node)):
+            continue
+        chain.append(node)
+        stack.extend(node.all_input_nodes)
+    if all(op_name(n) in PURE_VIEWS for n in chain):
+        return []
+    inside = set(chain)
+    if any(u not in inside and u is not attention for n in chain for u in n.users):
+        return []
+    return chain
 
 
 def _convex(members: list) -> bool:

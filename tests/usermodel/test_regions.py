@@ -276,7 +276,9 @@ def test_a_written_out_rmsnorm_is_one_region_with_its_residual_and_rotary_stays_
     """transformers' Llama in bf16: its RMSNorm is written out (`x.to(float32).pow(2).mean()`, rsqrt, the product,
     the cast back, the weight) and export puts a dtype check after each cast. The norm, its residual add and its
     weight are one region (two outputs: the sum and the normed value), and the rotary tables read by every layer do
-    not chain the layers into one region that no call could stand for."""
+    not chain the layers into one region that no call could stand for. The rotary embedding of q and k and GQA's
+    repeat of k and v are each layer's attention's prologue: the attention reads the three projections' outputs and
+    the tables, and the projections are GEMMs alone."""
     from transformers import LlamaConfig, LlamaModel
 
     config = LlamaConfig(
@@ -298,9 +300,14 @@ def test_a_written_out_rmsnorm_is_one_region_with_its_residual_and_rotary_stays_
     residual = [r for r in norms if r.ops[0] == "add"]
     assert len(residual) == 4 and all(len(r.outputs) == 2 for r in residual[:-1]), [r.describe() for r in norms]
     assert all(r.ops[-1] == "mul" and len(r.weights) == 1 for r in norms)  # the weight's product is inside
-    rotary = [r for r in regions if r.anchor == "gemm" and "neg" in r.ops]
+    rotary = [r for r in regions if "neg" in r.ops]
     layers = [{m.split(".")[1] for m in r.modules} for r in rotary]  # each within one layer
-    assert len(rotary) == 4 and all(len(found) == 1 for found in layers), [r.modules for r in rotary]
+    assert len(rotary) == 2 and all(len(found) == 1 for found in layers), [r.modules for r in rotary]
+    assert all(r.anchor == "attention" and r.shown_ops().count("expand") == 2 for r in rotary), rotary
+    projections = {n: r for r in regions for n in r.outputs if r.ops == ["linear"]}
+    for r in rotary:  # q, k, v straight from their projections, then the two tables
+        assert [projections[i].modules[0].rsplit(".", 1)[1] for i in r.inputs[:3]] == ["q_proj", "k_proj", "v_proj"]
+        assert [r.shapes[i][-1] for i in r.inputs[3:]] == [16, 16], r.shapes
     patched = rewrite(program, {r.name + r.nodes[0]: (r, register(r, program)) for r in norms + rotary})
     with torch.no_grad():
         torch.testing.assert_close(patched(x).last_hidden_state, model(x).last_hidden_state)
@@ -367,8 +374,9 @@ def _(q, k, v, scale):
 def test_a_traced_causal_mask_folds_into_attention_and_a_kernel_may_know_it(tmp_path):
     """transformers' Llama, traced, materializes its causal mask from `arange`s (so torch.compile runs attention with
     an explicit mask, not the causal path). That construction is folded into each attention region: the region reads
-    only q, k and v, its task builds the mask from their shapes, and a kernel that knows the mask is causal (never
-    reads it) serves both layers; the patched graph no longer builds the mask at all."""
+    only q, k and v (its projections' outputs, with the rotary tables its prologue reads), its task builds the mask
+    from their shapes, and a kernel that knows the mask is causal (never reads it) serves both layers; the patched
+    graph no longer builds the mask at all."""
     import transformers
 
     from cudagent.usermodel.putback import bind
@@ -387,7 +395,7 @@ def test_a_traced_causal_mask_folds_into_attention_and_a_kernel_may_know_it(tmp_
     attention = [r for r in group(program) if r.anchor == "attention"]
     assert len(attention) == 2 and len({r.kind for r in attention}) == 1, attention
     for region in attention:
-        assert len(region.inputs) == 3 and mask not in region.inputs and mask in region.folded, region
+        assert len(region.inputs) == 5 and mask not in region.inputs and mask in region.folded, region
         assert "arange" not in region.describe() and region.outputs == [region.nodes[-1]], region
 
     values = record_values(program, (ids,))
@@ -396,12 +404,20 @@ def test_a_traced_causal_mask_folds_into_attention_and_a_kernel_may_know_it(tmp_
     validate_task(load_task(path), "cpu")  # the task builds its own mask
     task = load_task(path)
     scale = sdpa.kwargs["scale"]
+    heads, kv_heads, dim = 4, 2, 16
+
+    def rotated(x, cos, sin):
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
     class Causal(task.module.Model):
-        def forward(self, q, k, v):
+        def forward(self, q, k, v, cos, sin):
+            b, t = q.shape[:2]
+            q = rotated(q.view(b, t, heads, dim).transpose(1, 2), cos, sin)
+            k = rotated(k.view(b, t, kv_heads, dim).transpose(1, 2), cos, sin).repeat_interleave(2, dim=1)
+            v = v.view(b, t, kv_heads, dim).transpose(1, 2).repeat_interleave(2, dim=1)
             out = torch.ops.cudagent_test_bind.causal_attention(q, k, v, scale)
-            b, h, t, d = out.shape
-            return out.transpose(1, 2).reshape(b, t, h * d)
+            return out.transpose(1, 2).reshape(b, t, heads * dim)
 
     with torch.no_grad():  # the kernel that never reads a mask matches the task's reference
         inputs = task.module.get_inputs()
