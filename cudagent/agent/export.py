@@ -64,11 +64,19 @@ def load():
     kernels = HERE / "kernels"
     suffixes = (".cpp", ".cc", ".cxx") + ((".cu",) if cuda else ())
     sources = [HERE / "binding.cpp"] + sorted(p for p in kernels.rglob("*") if p.suffix in suffixes)
+    # the device's own target, as cudagent's evaluator built the kernels: on Hopper and later its `a` form (sm_90a),
+    # without which warpgroup MMAs (wgmma) and setmaxnreg do not assemble
+    arch = []
+    if cuda:
+        major, minor = torch.cuda.get_device_capability()
+        if major >= 9:
+            arch = [f"-gencode=arch=compute_{major}{minor}a,code=sm_{major}{minor}a"]
     digest = hashlib.sha256()
     for p in sorted(kernels.rglob("*")) + sources[:1]:
         if p.is_file():
             digest.update(p.name.encode() + p.read_bytes())
     digest.update(b"cuda" if cuda else b"cpu")
+    digest.update(" ".join(arch).encode())
     build_dir = HERE / "_build" / digest.hexdigest()[:16]
     build_dir.mkdir(parents=True, exist_ok=True)
     return build(
@@ -76,7 +84,7 @@ def load():
         sources=[str(p) for p in sources],
         extra_include_paths=[str(HERE)],
         extra_cflags=["-O3", "-std=c++20", "-fopenmp"],
-        extra_cuda_cflags=["-O3", "--use_fast_math", "-std=c++20"],
+        extra_cuda_cflags=["-O3", "--use_fast_math", "-std=c++20"] + arch,
         extra_ldflags=["-fopenmp"] + (["-lcublas", "-lcublasLt"] if cuda else []),
         build_directory=str(build_dir),
         with_cuda=cuda,

@@ -288,11 +288,18 @@ extern "C" cudaError_t rotary_launch(const void* src, void* dst, const void* cos
 }
 """
 
-ATTENTION_CU = r"""// Causal attention, bf16 in and out, fp32 softmax and accumulation (FlashAttention-2's schedule):
-// each block takes 16 query rows a warp of one (batch, head); it walks the key blocks up to
-// the diagonal only (the mask is causal: the blocks above it are never read), S = Q K^T and O += P V on tensor cores
-// (mma.sync m16n8k16), the softmax online in registers. q, k, v: [B, H, T, D] with any strides but the last (1);
-// out: [B, T, H, D] contiguous (the model's transpose and reshape after attention, written in place).
+ATTENTION_TEMPLATE = r"""// Causal attention on Hopper's warpgroup tensor cores (wgmma), bf16 in and out, fp32 softmax
+// and accumulation.
+//
+// A block takes 128 query rows of one (batch, head), two warpgroups of 64 rows each; it walks the key blocks up to
+// the diagonal only (the mask is causal: the blocks above it are never read), S = Q K^T with Q and K from shared
+// memory, the softmax online in registers, then O += P V with P from registers and V from shared memory: both
+// products as warpgroup MMAs (m64nNk16) issued by each warpgroup for its rows. K and V load (cp.async) two key
+// blocks ahead while this block's products run, and each step's softmax runs while the step before's P V does;
+// tiles are stored as the tensor cores read them (rows of 64 values, 128-byte swizzle). GQA: a query head reads
+// key/value head h / group. q may get the rotary embedding as it loads (y = x cos + rotate_half(x) sin, rounded to
+// bf16 at each step as the model rounds).
+// q, k, v: [B, H, T, D] by strides (the last dimension contiguous); out: [B, T, H, D] contiguous.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -300,59 +307,71 @@ ATTENTION_CU = r"""// Causal attention, bf16 in and out, fp32 softmax and accumu
 
 namespace {
 
-constexpr int WARPS = 4, BM = 16 * WARPS, BN = 64;
-// P V with P in two bf16 parts (its rounding and the rest): as exact as fp32 P, at twice P V's tensor-core work
-constexpr bool SPLIT_P = false;
+using bf16 = __nv_bfloat16;
+constexpr int BM = 128, THREADS = 256;
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// element (row, col) of a [rows][D] bf16 tile whose 16-byte chunks are swizzled by the row (no bank conflicts for
-// ldmatrix, whose eight addresses are eight rows at one column)
-template <int D>
-__device__ __forceinline__ int swz(int row, int col) {
-    return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
+// byte offset of element (row, col) in a tile of `rows` rows stored as the tensor cores read it: the columns in
+// groups of 64 (one 128-byte row each), each group's rows one after another, 16-byte chunks swizzled by row % 8
+__device__ __forceinline__ uint32_t tile_offset(int rows, int row, int col) {
+    return (uint32_t)(((col >> 6) * rows + row) * 128 + ((((col >> 3) & 7) ^ (row & 7)) << 4) + (col & 7) * 2);
 }
 
-__device__ __forceinline__ void cp16(void* dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+// a shared-memory matrix descriptor: 128-byte swizzle, `lead` and `stride` byte offsets
+__device__ __forceinline__ uint64_t descriptor(uint32_t addr, uint32_t lead, uint32_t stride) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((lead & 0x3FFFF) >> 4) << 16) |
+           ((uint64_t)((stride & 0x3FFFF) >> 4) << 32) | (1ull << 62);
 }
 
-template <int D, int ROWS>
-__device__ __forceinline__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat16* base, int64_t row_stride,
-                                          int rows_left, int tid) {
-    constexpr int CHUNKS = D / 8;
-    for (int c = tid; c < ROWS * CHUNKS; c += WARPS * 32) {
-        const int row = c / CHUNKS, col = (c % CHUNKS) * 8;
-        __nv_bfloat16* dst = tile + swz<D>(row, col);
-        if (row < rows_left) {
-            cp16(dst, base + row * row_stride + col);
-        } else {
-            *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-        }
-    }
-    asm volatile("cp.async.commit_group;\n" ::);
+__device__ __forceinline__ void cp16(uint32_t dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
 }
 
-__device__ __forceinline__ void ldsm_x4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(smem_addr(p)));
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int PENDING>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
+}
+__device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
 }
 
-__device__ __forceinline__ void ldsm_x4_t(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(smem_addr(p)));
+// buffers of K and V: the loads run STAGES - 1 key blocks ahead (three buffers of 64 keys; two of 128, as three would
+// not fit in shared memory)
+__host__ __device__ constexpr int stages(int block_n) { return block_n == 64 ? ATTENTION_STAGES : 2; }
+
+// the registers a warpgroup MMA writes, held in place across it (the compiler must not move them meanwhile)
+template <int N>
+__device__ __forceinline__ void hold(float* d) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-__device__ __forceinline__ void mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+template <int N>
+__device__ __forceinline__ void hold_regs(uint32_t* r) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+WGMMA_WRAPPERS
+
+template <int N>
+__device__ __forceinline__ void mma_ss(float* d, uint64_t a, uint64_t b, int accumulate) {
+    if constexpr (N == 64) wgmma_ss_n64(d, a, b, accumulate);
+    else wgmma_ss_n128(d, a, b, accumulate);
+}
+
+template <int N>
+__device__ __forceinline__ void mma_rs(float* d, const uint32_t* a, uint64_t b) {
+    if constexpr (N == 64) wgmma_rs_n64(d, a, b);
+    else wgmma_rs_n128(d, a, b);
 }
 
 __device__ __forceinline__ uint32_t pack(float lo, float hi) {
@@ -360,176 +379,328 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
     return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-__device__ __forceinline__ float2 unpack(uint32_t bits) {
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
+__device__ __forceinline__ float as_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
+
+// rows [r0, r0 + ROWS) of a [T, D] matrix (row stride `stride`) into `tile` by cp.async; rows past `tokens` zero
+template <int D, int ROWS>
+__device__ __forceinline__ void load_async(uint32_t tile, const bf16* base, int64_t stride, int r0, int tokens,
+                                           int tid) {
+    constexpr int CHUNKS = D / 8;
+#pragma unroll
+    for (int c = tid; c < ROWS * CHUNKS; c += THREADS) {
+        const int row = c / CHUNKS, col = (c % CHUNKS) * 8;
+        const uint32_t dst = tile + tile_offset(ROWS, row, col);
+        if (r0 + row < tokens) {
+            cp16(dst, base + (int64_t)(r0 + row) * stride + col);
+        } else {
+            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(dst), "r"(0));
+        }
+    }
 }
 
+// the query tile, with the rotary embedding where `cos` is given (cos, sin: [T, D] rows of this batch)
 template <int D>
-__global__ void __launch_bounds__(WARPS * 32) causal_attention_kernel(
-    const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
-    __nv_bfloat16* __restrict__ out, int heads, int tokens, int64_t qb, int64_t qh, int64_t qt, int64_t kb, int64_t kh,
-    int64_t kt, int64_t vb, int64_t vh, int64_t vt, float scale_log2) {
-    extern __shared__ __align__(128) unsigned char smem[];  // Q [BM][D], K [BN][D], V [BN][D]
-    __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem);
-    __nv_bfloat16* k_s = q_s + BM * D;
-    __nv_bfloat16* v_s = k_s + BN * D;
-    constexpr int KS = D / 16;  // k-steps over the head dimension
-    constexpr int DT = D / 8;   // n-tiles of the output
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+__device__ __forceinline__ void load_query(uint32_t tile, const bf16* q, int64_t stride, int q0, int tokens,
+                                           const bf16* cos, const bf16* sin, int64_t table_stride, int tid) {
+    if (cos == nullptr) {
+        load_async<D, BM>(tile, q, stride, q0, tokens, tid);
+        return;
+    }
+    constexpr int HALF = D / 2, PAIRS = HALF / 8;
+#pragma unroll  // every load in flight before the first is used
+    for (int c = tid; c < BM * PAIRS; c += THREADS) {
+        const int row = c / PAIRS, col = (c % PAIRS) * 8, t = q0 + row;
+        uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
+        if (t < tokens) {
+            const uint4 x1 = *reinterpret_cast<const uint4*>(q + (int64_t)t * stride + col);
+            const uint4 x2 = *reinterpret_cast<const uint4*>(q + (int64_t)t * stride + col + HALF);
+            const uint4 c1 = *reinterpret_cast<const uint4*>(cos + (int64_t)t * table_stride + col);
+            const uint4 c2 = *reinterpret_cast<const uint4*>(cos + (int64_t)t * table_stride + col + HALF);
+            const uint4 s1 = *reinterpret_cast<const uint4*>(sin + (int64_t)t * table_stride + col);
+            const uint4 s2 = *reinterpret_cast<const uint4*>(sin + (int64_t)t * table_stride + col + HALF);
+            const bf16 *a = reinterpret_cast<const bf16*>(&x1), *b = reinterpret_cast<const bf16*>(&x2);
+            const bf16 *ca = reinterpret_cast<const bf16*>(&c1), *cb = reinterpret_cast<const bf16*>(&c2);
+            const bf16 *sa = reinterpret_cast<const bf16*>(&s1), *sb = reinterpret_cast<const bf16*>(&s2);
+            bf16 *ol = reinterpret_cast<bf16*>(&lo), *oh = reinterpret_cast<bf16*>(&hi);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const float x = __bfloat162float(a[i]), y = __bfloat162float(b[i]);
+                ol[i] = __float2bfloat16(as_bf16(x * __bfloat162float(ca[i])) + as_bf16(-y * __bfloat162float(sa[i])));
+                oh[i] = __float2bfloat16(as_bf16(y * __bfloat162float(cb[i])) + as_bf16(x * __bfloat162float(sb[i])));
+            }
+        }
+        *reinterpret_cast<uint4*>(__cvta_shared_to_generic(tile + tile_offset(BM, row, col))) = lo;
+        *reinterpret_cast<uint4*>(__cvta_shared_to_generic(tile + tile_offset(BM, row, col + HALF))) = hi;
+    }
+}
+
+// S = Q K^T for this warpgroup's 64 rows and a key block (issued, not waited for)
+template <int D, int BN>
+__device__ __forceinline__ void issue_scores(float (&s)[BN / 2], uint32_t q_wg, uint32_t k_tile) {
+    hold<BN / 2>(s);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+        const uint32_t a = q_wg + (ks / 4) * (BM * 128) + (ks % 4) * 32;
+        const uint32_t b = k_tile + (ks / 4) * (BN * 128) + (ks % 4) * 32;
+        mma_ss<BN>(s, descriptor(a, 16, 1024), descriptor(b, 16, 1024), ks > 0);
+    }
+    wgmma_commit();
+    hold<BN / 2>(s);
+}
+
+// O += P V for a key block (issued, not waited for); V [BN keys][D] is N-major for this product: its 64-column
+// groups BN * 128 bytes apart, 8 keys 1024
+template <int D, int BN>
+__device__ __forceinline__ void issue_values(float (&o)[D / 2], uint32_t (&p)[BN / 16][4], uint32_t v_tile) {
+    hold<D / 2>(o);  // every write of O and P done before the fence, as it orders them before the MMAs
+    hold_regs<BN / 4>(&p[0][0]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) mma_rs<D>(o, p[kk], descriptor(v_tile + kk * (16 * 128), BN * 128, 1024));
+    wgmma_commit();
+    hold<D / 2>(o);
+}
+
+// the causal mask and the online softmax of one key block's scores: rows row_a (s[4t], s[4t+1]) and row_a + 8
+// (s[4t+2], s[4t+3]); P in bf16 (as SDPA's own bf16 kernels round it) as the A operand of P V (the accumulator
+// layout of two n-tiles is one k-step's A fragment); alpha: what O so far is scaled by
+// (s is only read: an instruction that wrote it while the step's other MMA runs would serialize the MMAs)
+template <int BN>
+__device__ __forceinline__ float masked(const float (&s)[BN / 2], int i, int k0, int row_a, bool edge, int tokens,
+                                        int lane, float scale_log2) {
+    const int key = k0 + (i / 4) * 8 + 2 * (lane % 4) + (i & 1), row = row_a + ((i >> 1) & 1) * 8;
+    return edge && (key > row || key >= tokens) ? -INFINITY : s[i] * scale_log2;
+}
+
+template <int BN>
+__device__ __forceinline__ void softmax(const float (&s)[BN / 2], uint32_t (&p)[BN / 16][4], float (&m)[2],
+                                        float (&l)[2], float (&alpha)[2], int k0, int row_a, bool edge, int tokens,
+                                        int lane, float scale_log2) {
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) {
+        const float x = masked<BN>(s, i, k0, row_a, edge, tokens, lane, scale_log2);
+        mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], x);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffff, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffff, mx[r], 2));
+        // a row that has seen only masked keys so far keeps m = -inf: nothing to rescale, p = 0
+        const float use = mx[r] == -INFINITY ? 0.f : mx[r];
+        alpha[r] = exp2f(m[r] - use);
+        m[r] = mx[r];
+        l[r] *= alpha[r];
+        mx[r] = use;
+    }
+#pragma unroll
+    for (int t = 0; t < BN / 8; ++t) {
+        float e[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            e[i] = exp2f(masked<BN>(s, 4 * t + i, k0, row_a, edge, tokens, lane, scale_log2) - mx[i >> 1]);
+        const float p0 = e[0], p1 = e[1], p2 = e[2], p3 = e[3];
+        l[0] += p0 + p1, l[1] += p2 + p3;
+        p[t / 2][(t % 2) * 2] = pack(p0, p1);
+        p[t / 2][(t % 2) * 2 + 1] = pack(p2, p3);
+    }
+}
+
+template <int D, int BN>
+__global__ void __launch_bounds__(THREADS, 1) causal_attention_kernel(
+    const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v, bf16* __restrict__ out,
+    int heads, int group, int tokens, int64_t qb, int64_t qh, int64_t qt, int64_t kb, int64_t kh, int64_t kt,
+    int64_t vb, int64_t vh, int64_t vt, const bf16* __restrict__ cos, const bf16* __restrict__ sin,
+    int64_t table_b, int64_t table_t, float scale_log2) {
+    extern __shared__ unsigned char smem_raw[];
+    // Q [BM][D], then K and V [BN][D] in STAGES buffers each; every tile on a 1024-byte boundary (the swizzle's
+    // period)
+    constexpr int S_ = stages(BN);
+    const uint32_t base = (smem_addr(smem_raw) + 1023) & ~1023u;
+    constexpr uint32_t Q_BYTES = BM * D * 2, KV_BYTES = BN * D * 2;
+    const uint32_t q_s = base, k_s = base + Q_BYTES, v_s = base + Q_BYTES + S_ * KV_BYTES;
+    const uint32_t scratch = base + Q_BYTES + 2 * S_ * KV_BYTES;  // a word every thread writes and none reads
+
+    const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
     const int block = gridDim.x - 1 - blockIdx.x;  // the longest rows (most key blocks) first
-    const int bh = blockIdx.y, b = bh / heads, h = bh % heads;
+    const int bh = blockIdx.y, b = bh / heads, h = bh % heads, kvh = h / group;
     const int q0 = block * BM;
-    const __nv_bfloat16* qp = q + b * qb + h * qh + (int64_t)q0 * qt;
-    const __nv_bfloat16* kp = k + b * kb + h * kh;
-    const __nv_bfloat16* vp = v + b * vb + h * vh;
+    const bf16* qp = q + b * qb + h * qh;
+    const bf16* kp = k + b * kb + kvh * kh;
+    const bf16* vp = v + b * vb + kvh * vh;
+    const bf16* cp = cos ? cos + b * table_b : nullptr;
+    const bf16* sp = sin ? sin + b * table_b : nullptr;
 
-    load_tile<D, BM>(q_s, qp, qt, tokens - q0, tid);
-    asm volatile("cp.async.wait_group 0;\n" ::);
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
+    float s[BN / 2];
+    uint32_t p[BN / 16][4], next[BN / 16][4];  // P of the block before (the A operand of its P V), and this block's
+    const int wg_first = q0 + wg * 64;
+    const int row_a = wg_first + warp * 16 + lane / 4;  // this thread's two rows: row_a and row_a + 8
+    const int last = (min(q0 + BM, tokens) - 1) / BN;   // the block's last key block
+    const uint32_t q_wg = q_s + wg * (64 * 128);
+    auto k_buf = [&](int block) { return k_s + (uint32_t)(block % S_) * KV_BYTES; };
+    auto v_buf = [&](int block) { return v_s + (uint32_t)(block % S_) * KV_BYTES; };
+    // group g of loads: K_g and V_{g-1} (where they exist); group 0 is Q and K_0
+    auto load_group = [&](int g) {
+        if (g >= 1 && g <= last) load_async<D, BN>(k_buf(g), kp, kt, g * BN, tokens, tid);
+        if (g >= 1 && g - 1 <= last) load_async<D, BN>(v_buf(g - 1), vp, vt, (g - 1) * BN, tokens, tid);
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+
+    load_query<D>(q_s, qp, qt, q0, tokens, cp, sp, table_t, tid);
+    load_async<D, BN>(k_s, kp, kt, 0, tokens, tid);
+    asm volatile("cp.async.commit_group;\n" ::);
+
+    // Every warpgroup issues its MMAs on every step, outside any branch (a warpgroup MMA on a path the compiler
+    // cannot prove uniform is serialized with the ones before it): a warpgroup whose rows see no key of a block
+    // multiplies it anyway and the mask zeroes it (never with 128 keys a block: the diagonal block reaches both).
+    // Step j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} go to the tensor cores together, the softmax of S_j runs while
+    // the second does; the loads run STAGES - 1 steps ahead (group j + STAGES - 1: K_{j+STAGES-1}, V_{j+STAGES-2}),
+    // into the buffers their last readers (S_{j-1}, P_{j-2} V_{j-2}) left before the barrier that ended step j - 1.
+    for (int g = 1; g < S_; ++g) load_group(g);
+    cp_async_wait<S_ - 1>();  // Q and K_0 are in
+    proxy_fence();
     __syncthreads();
-    uint32_t qf[KS][4];
-    for (int s = 0; s < KS; ++s) {
-        const int row = warp * 16 + (lane % 16), col = s * 16 + (lane / 16) * 8;
-        ldsm_x4(qf[s][0], qf[s][1], qf[s][2], qf[s][3], q_s + swz<D>(row, col));
-    }
-    float o[DT][4];
-    for (int t = 0; t < DT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-    const int row_a = q0 + warp * 16 + lane / 4;  // this thread's two rows: row_a and row_a + 8
-
-    // the next block's K loads while this block's softmax and P V run, the next V while the next S does: K has two
-    // buffers (the second is Q's, free once the fragments are in registers), V one
-    __nv_bfloat16* k_buf[2] = {k_s, q_s};
-    const int last = (min(q0 + BM, tokens) - 1) / BN;
-    __syncthreads();  // every warp has its Q fragments: q_s is free
-    load_tile<D, BN>(k_buf[0], kp, kt, tokens, tid);
-    load_tile<D, BN>(v_s, vp, vt, tokens, tid);
-    for (int j = 0; j <= last; ++j) {
+    issue_scores<D, BN>(s, q_wg, k_s);
+    wgmma_wait<0>();
+    hold<BN / 2>(s);
+    softmax<BN>(s, p, m, l, alpha, 0, row_a, true, tokens, lane, scale_log2);
+    cp_async_wait<S_ - 2>();  // K_1 and V_0 are in
+    proxy_fence();
+    __syncthreads();
+    // one step; `now` holds P_{j-1}, `then` gets P_j: two register sets taken in turn (a copy from one to the other
+    // would be an instruction writing a pending MMA's operand, and the compiler would serialize the MMAs)
+    auto step = [&](int j, uint32_t(&now)[BN / 16][4], uint32_t(&then)[BN / 16][4]) {
         const int k0 = j * BN;
-        asm volatile("cp.async.wait_group 1;\n" ::);  // K(j) is in (V(j) may not be)
+        load_group(j + S_ - 1);
+        issue_scores<D, BN>(s, q_wg, k_buf(j));
+        issue_values<D, BN>(o, now, v_buf(j - 1));
+        wgmma_wait<1>();  // S_j is in (the groups complete in order); P_{j-1} V_{j-1} may still run
+        hold<BN / 2>(s);
+        softmax<BN>(s, then, m, l, alpha, k0, row_a, k0 + BN - 1 > wg_first || k0 + BN > tokens, tokens, lane,
+                    scale_log2);
+        // the row sums (which every exponential feeds) stored before the wait below, so that the assembler
+        // computes the softmax there, while P V runs (it otherwise moves the exponentials past the wait and the
+        // barrier after it: a store may not pass the wait, arithmetic may)
+        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(scratch), "f"(l[0] + l[1]) : "memory");
+        wgmma_wait<0>();  // P_{j-1} V_{j-1} is in O
+        hold<D / 2>(o);
+#pragma unroll
+        for (int t = 0; t < D / 8; ++t) {  // O to the new maximum
+            o[4 * t] *= alpha[0], o[4 * t + 1] *= alpha[0], o[4 * t + 2] *= alpha[1], o[4 * t + 3] *= alpha[1];
+        }
+        cp_async_wait<S_ - 2>();  // K_{j+1} and V_j are in
+        proxy_fence();
         __syncthreads();
-        const __nv_bfloat16* k_tile = k_buf[j % 2];
-        float s[BN / 8][4];
-        for (int t = 0; t < BN / 8; ++t) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.f;
-        for (int ks = 0; ks < KS; ++ks) {
-            for (int t = 0; t < BN / 8; t += 2) {
-                uint32_t b0, b1, b2, b3;
-                const int key = t * 8 + (lane / 16) * 8 + (lane % 8), col = ks * 16 + ((lane / 8) % 2) * 8;
-                ldsm_x4(b0, b1, b2, b3, k_tile + swz<D>(key, col));
-                mma(s[t], qf[ks], b0, b1);
-                mma(s[t + 1], qf[ks], b2, b3);
-            }
-        }
-        if (j < last) {  // K(j+1) into the other buffer: its last readers (S of block j-1) passed the barrier above
-            load_tile<D, BN>(k_buf[(j + 1) % 2], kp + (int64_t)(k0 + BN) * kt, kt, tokens - k0 - BN, tid);
-        } else {
-            asm volatile("cp.async.commit_group;\n" ::);  // an empty group: the counting below stays the same
-        }
-        // the causal mask and the online softmax; rows: row_a (c0, c1) and row_a + 8 (c2, c3)
-        float mx[2] = {m[0], m[1]};
-        const bool edge = k0 + BN > q0 + 1 || k0 + BN > tokens;  // a key past a row or past the end: masked here only
-        for (int t = 0; t < BN / 8; ++t) {
-            for (int e = 0; e < 4; ++e) {
-                const int key = k0 + t * 8 + 2 * (lane % 4) + (e & 1), row = row_a + (e >> 1) * 8;
-                float x = s[t][e] * scale_log2;
-                if (edge && (key > row || key >= tokens)) x = -INFINITY;
-                s[t][e] = x;
-                mx[e >> 1] = fmaxf(mx[e >> 1], x);
-            }
-        }
-        float alpha[2];
-        for (int r = 0; r < 2; ++r) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffff, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffff, mx[r], 2));
-            alpha[r] = exp2f(m[r] - mx[r]);  // m = -inf on the first block: alpha 0, nothing to rescale
-            m[r] = mx[r];
-            l[r] *= alpha[r];
-        }
-        for (int t = 0; t < DT; ++t) {
-            o[t][0] *= alpha[0], o[t][1] *= alpha[0], o[t][2] *= alpha[1], o[t][3] *= alpha[1];
-        }
-        // P as the A operand of P V (the C layout of two n-tiles is one k-step's A), in bf16 as SDPA's own bf16
-        // kernels round it (the evaluator judges a bf16 output against the fp32 answer the reference approximates)
-        uint32_t p[BN / 16][4], p_lo[BN / 16][4];
-        for (int t = 0; t < BN / 8; ++t) {
-            const float p0 = exp2f(s[t][0] - m[0]), p1 = exp2f(s[t][1] - m[0]);
-            const float p2 = exp2f(s[t][2] - m[1]), p3 = exp2f(s[t][3] - m[1]);
-            l[0] += p0 + p1, l[1] += p2 + p3;
-            const int i = (t % 2) * 2;
-            p[t / 2][i] = pack(p0, p1);
-            p[t / 2][i + 1] = pack(p2, p3);
-            if constexpr (SPLIT_P) {
-                const float2 a = unpack(p[t / 2][i]), c = unpack(p[t / 2][i + 1]);
-                p_lo[t / 2][i] = pack(p0 - a.x, p1 - a.y);
-                p_lo[t / 2][i + 1] = pack(p2 - c.x, p3 - c.y);
-            }
-        }
-        asm volatile("cp.async.wait_group 1;\n" ::);  // V(j) is in (K(j+1) may not be)
-        __syncthreads();
-        for (int ks = 0; ks < BN / 16; ++ks) {
-            for (int t = 0; t < DT; t += 2) {
-                uint32_t b0, b1, b2, b3;
-                const int key = ks * 16 + ((lane / 8) % 2) * 8 + (lane % 8), col = t * 8 + (lane / 16) * 8;
-                ldsm_x4_t(b0, b1, b2, b3, v_s + swz<D>(key, col));
-                mma(o[t], p[ks], b0, b1);
-                mma(o[t + 1], p[ks], b2, b3);
-                if constexpr (SPLIT_P) {
-                    mma(o[t], p_lo[ks], b0, b1);
-                    mma(o[t + 1], p_lo[ks], b2, b3);
-                }
-            }
-        }
-        __syncthreads();  // every warp is done with V(j)
-        if (j < last) load_tile<D, BN>(v_s, vp + (int64_t)(k0 + BN) * vt, vt, tokens - k0 - BN, tid);
+    };
+    int j = 1;
+    for (; j + 1 <= last; j += 2) {
+        step(j, p, next);
+        step(j + 1, next, p);
     }
+    if (j <= last) {  // the last block's P V, from whichever set holds its P
+        step(j, p, next);
+        issue_values<D, BN>(o, next, v_buf(last));
+    } else {
+        issue_values<D, BN>(o, p, v_buf(last));
+    }
+    wgmma_wait<0>();
+    hold<D / 2>(o);
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
         l[r] += __shfl_xor_sync(0xffffffff, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffff, l[r], 2);
     }
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int row = row_a + r * 8;
         if (row >= tokens) continue;
         const float inv = 1.f / l[r];
-        __nv_bfloat16* op = out + (((int64_t)b * tokens + row) * heads + h) * D;
-        for (int t = 0; t < DT; ++t) {
+        bf16* op = out + (((int64_t)b * tokens + row) * heads + h) * D;
+#pragma unroll
+        for (int t = 0; t < D / 8; ++t) {
             const int col = t * 8 + 2 * (lane % 4);
             *reinterpret_cast<__nv_bfloat162*>(op + col) =
-                __floats2bfloat162_rn(o[t][r * 2] * inv, o[t][r * 2 + 1] * inv);
+                __floats2bfloat162_rn(o[4 * t + r * 2] * inv, o[4 * t + r * 2 + 1] * inv);
         }
     }
 }
 
-template <int D>
-cudaError_t launch(const dim3& grid, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                   __nv_bfloat16* out, int heads, int tokens, const int64_t* st, float scale_log2,
-                   cudaStream_t stream) {
-    constexpr int SMEM = (BM + 2 * BN) * D * (int)sizeof(__nv_bfloat16);
-    if constexpr (SMEM > 48 * 1024) {  // past the default limit: asked for once
-        static const cudaError_t allowed =
-            cudaFuncSetAttribute(causal_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
-        if (allowed != cudaSuccess) return allowed;
-    }
-    causal_attention_kernel<D><<<grid, WARPS * 32, SMEM, stream>>>(q, k, v, out, heads, tokens, st[0], st[1], st[2],
-                                                                    st[3], st[4], st[5], st[6], st[7], st[8],
-                                                                    scale_log2);
+template <int D, int BN>
+cudaError_t launch(int batch, int heads, int group, int tokens, const bf16* q, const bf16* k, const bf16* v,
+                   bf16* out, const int64_t* st, const bf16* cos, const bf16* sin, int64_t table_b, int64_t table_t,
+                   float scale_log2, cudaStream_t stream) {
+    constexpr int SMEM = (BM + 2 * stages(BN) * BN) * D * 2 + 1024 + 16;  // + the 1024-byte alignment, the scratch
+    static const cudaError_t allowed =
+        cudaFuncSetAttribute(causal_attention_kernel<D, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+    if (allowed != cudaSuccess) return allowed;
+    const dim3 grid((tokens + BM - 1) / BM, batch * heads);
+    causal_attention_kernel<D, BN><<<grid, THREADS, SMEM, stream>>>(
+        q, k, v, out, heads, group, tokens, st[0], st[1], st[2], st[3], st[4], st[5], st[6], st[7], st[8], cos, sin,
+        table_b, table_t, scale_log2);
     return cudaGetLastError();
 }
 
 }  // namespace
 
+// q [B, H, T, D], k and v [B, H / group, T, D] by strides (9: b, h, t of q, k, v); cos and sin null, or [T, D]
+// rows of each batch (`table_b` apart; 0: one table for all) `table_t` apart, applied to q as it loads
 extern "C" cudaError_t causal_attention_launch(const void* q, const void* k, const void* v, void* out, int batch,
-                                               int heads, int tokens, int dim, const int64_t* strides, float scale,
-                                               cudaStream_t stream) {
-    const dim3 grid((tokens + BM - 1) / BM, batch * heads);
+                                               int heads, int group, int tokens, int dim, const int64_t* strides,
+                                               const void* cos, const void* sin, int64_t table_b, int64_t table_t,
+                                               float scale, cudaStream_t stream) {
     const float scale_log2 = scale * 1.4426950408889634f;
-    const auto* qq = (const __nv_bfloat16*)q;
-    const auto* kk = (const __nv_bfloat16*)k;
-    const auto* vv = (const __nv_bfloat16*)v;
-    auto* oo = (__nv_bfloat16*)out;
-    if (dim == 128) return launch<128>(grid, qq, kk, vv, oo, heads, tokens, strides, scale_log2, stream);
-    if (dim == 64) return launch<64>(grid, qq, kk, vv, oo, heads, tokens, strides, scale_log2, stream);
+    const auto *qq = (const bf16*)q, *kk = (const bf16*)k, *vv = (const bf16*)v;
+    const auto *cc = (const bf16*)cos, *ss = (const bf16*)sin;
+    auto* oo = (bf16*)out;
+    if (dim == 128)
+        return launch<128, ATTENTION_BN>(batch, heads, group, tokens, qq, kk, vv, oo, strides, cc, ss, table_b,
+                                         table_t, scale_log2, stream);
+    if (dim == 64)
+        return launch<64, ATTENTION_BN>(batch, heads, group, tokens, qq, kk, vv, oo, strides, cc, ss, table_b,
+                                        table_t, scale_log2, stream);
     return cudaErrorInvalidValue;
 }
 """
+
+
+def _wgmma(n: int, a_in_registers: bool) -> str:
+    """The C++ wrapper of one warpgroup MMA, m64n{n}k16 bf16 -> fp32 (its n / 2 accumulators a thread are operands
+    one by one): A and B from shared memory (`ss`, K-major both) or A from registers and B N-major (`rs`)."""
+    regs = ", ".join(f"%{i}" for i in range(n // 2))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(n // 2))
+    h = n // 2
+    if not a_in_registers:
+        return (
+            f"__device__ __forceinline__ void wgmma_ss_n{n}(float* d, uint64_t a, uint64_t b, int accumulate) {{\n"
+            f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{h + 2}, 0;\\n"\n'
+            f'                 "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{regs}}}, %{h}, %{h + 1}, '
+            f'p, 1, 1, 0, 0;\\n}}\\n"\n'
+            f"                 : {outs}\n"
+            f'                 : "l"(a), "l"(b), "r"(accumulate));\n}}\n'
+        )
+    return (
+        f"__device__ __forceinline__ void wgmma_rs_n{n}(float* d, const uint32_t* a, uint64_t b) {{\n"
+        f'    asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{regs}}}, '
+        f'{{%{h}, %{h + 1}, %{h + 2}, %{h + 3}}}, %{h + 4}, 1, 1, 1, 1;\\n"\n'
+        f"                 : {outs}\n"
+        f'                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));\n}}\n'
+    )
+
+
+def attention_cu(block_n: int = 64, stages: int = 3) -> str:
+    """The attention kernel's source, taking `block_n` keys a step (64 or 128), with `stages` buffers of K and V at
+    64 keys (2 or 3)."""
+    wrappers = "".join(_wgmma(n, regs) for regs in (False, True) for n in (64, 128))
+    source = ATTENTION_TEMPLATE.replace("WGMMA_WRAPPERS", wrappers).replace("ATTENTION_BN", str(block_n))
+    return source.replace("ATTENTION_STAGES", str(stages))
+
+
+ATTENTION_CU = attention_cu()
 
 
 def attention_inputs(batch: int, heads: int, tokens: int, dim: int, device: str = "cuda"):
@@ -557,8 +728,9 @@ extern "C" cublasStatus_t lt_gemm_bf16(cublasLtHandle_t lt, cudaStream_t stream,
                                        size_t ws_size);
 extern "C" cudaError_t silu_mul_launch(void* out, const void* gate, const void* up, int64_t total, cudaStream_t s);
 extern "C" cudaError_t causal_attention_launch(const void* q, const void* k, const void* v, void* out, int batch,
-                                               int heads, int tokens, int dim, const int64_t* strides, float scale,
-                                               cudaStream_t stream);
+                                               int heads, int group, int tokens, int dim, const int64_t* strides,
+                                               const void* cos, const void* sin, int64_t table_b, int64_t table_t,
+                                               float scale, cudaStream_t stream);
 
 extern "C" cudaError_t add_rmsnorm_launch(const void* x, const void* r, const void* w, void* sum, void* out,
                                           int64_t rows, int64_t cols, float eps, cudaStream_t s);
@@ -620,25 +792,70 @@ static torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& wg, con
     return out;
 }
 
-// causal attention over q, k, v [B, H, T, D] (k and v with q's heads), written as [B, T, H * D]: the model's
-// attention, its transpose and its reshape; the mask the model builds is causal, so it is never read
-static torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                      double scale) {
-    for (const auto* t : {&q, &k, &v})
-        TORCH_CHECK(t->is_cuda() && t->scalar_type() == torch::kBFloat16 && t->dim() == 4 && t->stride(3) == 1,
-                    "expected bfloat16 CUDA tensors [B, H, T, D] with the last dimension contiguous");
-    TORCH_CHECK(k.sizes() == q.sizes() && v.sizes() == q.sizes(), "q, k and v must have one shape");
-    const c10::cuda::CUDAGuard guard(q.device());
+static void expect_heads(const torch::Tensor& t) {
+    TORCH_CHECK(t.is_cuda() && t.scalar_type() == torch::kBFloat16 && t.dim() == 4 && t.stride(3) == 1 &&
+                    t.stride(2) % 8 == 0 && t.stride(1) % 8 == 0 && t.stride(0) % 8 == 0 &&
+                    (uintptr_t)t.data_ptr() % 16 == 0,
+                "expected bfloat16 CUDA tensors [B, H, T, D], the last dimension contiguous, rows 16-byte aligned");
+}
+
+static torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor* cos, const torch::Tensor* sin, double scale) {
     const int64_t batch = q.size(0), heads = q.size(1), tokens = q.size(2), dim = q.size(3);
+    TORCH_CHECK(dim == 64 || dim == 128, "head dimension 64 or 128");
+    TORCH_CHECK(k.sizes() == v.sizes() && k.size(0) == batch && k.size(2) == tokens && k.size(3) == dim &&
+                    heads % k.size(1) == 0,
+                "k and v: [B, H / group, T, D] beside q [B, H, T, D]");
+    const c10::cuda::CUDAGuard guard(q.device());
     auto out = torch::empty({batch, tokens, heads * dim}, q.options());
     const int64_t strides[9] = {q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
                                 k.stride(2), v.stride(0), v.stride(1), v.stride(2)};
-    const cudaError_t err =
-        causal_attention_launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), (int)batch, (int)heads,
-                                (int)tokens, (int)dim, strides, (float)scale,
-                                c10::cuda::getCurrentCUDAStream().stream());
+    const int64_t table_b = cos && cos->size(0) > 1 ? cos->stride(0) : 0, table_t = cos ? cos->stride(2) : 0;
+    const cudaError_t err = causal_attention_launch(
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), (int)batch, (int)heads, (int)(heads / k.size(1)),
+        (int)tokens, (int)dim, strides, cos ? cos->data_ptr() : nullptr, sin ? sin->data_ptr() : nullptr, table_b,
+        table_t, (float)scale, c10::cuda::getCurrentCUDAStream().stream());
     TORCH_CHECK(err == cudaSuccess, "causal attention kernel: ", cudaGetErrorString(err));
     return out;
+}
+
+// causal attention over q [B, H, T, D], k and v [B, H / group, T, D] (GQA: query head h reads key head h / group),
+// written as [B, T, H * D]: the model's attention, its transpose and its reshape; the mask the model builds is
+// causal, so it is never read
+static torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                      double scale) {
+    for (const auto* t : {&q, &k, &v}) expect_heads(*t);
+    return attention(q, k, v, nullptr, nullptr, scale);
+}
+
+// Llama's attention from its projections' outputs: q [B, T, H * D], k and v [B, T, Hk * D], the rotary tables cos
+// and sin [B or 1, 1, T, D]. k gets the rotary embedding in a pass of its own (it is read by H / Hk query heads and
+// every query block after it), q as each block loads it; k and v are read at their own head count (GQA's repeat is
+// the kernel's indexing), and the output is [B, T, H * D] as the model's reshape after attention
+static torch::Tensor rotary_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                      const torch::Tensor& cos, const torch::Tensor& sin, double scale) {
+    expect(q), expect(k), expect(v);
+    for (const auto* t : {&cos, &sin})
+        TORCH_CHECK(t->is_cuda() && t->scalar_type() == torch::kBFloat16 && t->dim() == 4 && t->stride(3) == 1 &&
+                        t->stride(2) % 8 == 0,
+                    "cos and sin: bfloat16 CUDA tensors [B or 1, 1, T, D] with the last dimension contiguous");
+    TORCH_CHECK(sin.sizes() == cos.sizes() && sin.strides() == cos.strides(), "cos and sin differ in layout");
+    TORCH_CHECK(q.dim() == 3 && k.sizes() == v.sizes() && k.dim() == 3, "q, k, v: [B, T, heads * D]");
+    const int64_t batch = q.size(0), tokens = q.size(1), dim = cos.size(3);
+    TORCH_CHECK(k.size(0) == batch && k.size(1) == tokens && cos.size(2) == tokens &&
+                    (cos.size(0) == 1 || cos.size(0) == batch) && dim % 16 == 0 && q.size(2) % dim == 0 &&
+                    k.size(2) % dim == 0 && (q.size(2) / dim) % (k.size(2) / dim) == 0,
+                "q, k, v and the rotary tables do not match");
+    const int64_t heads = q.size(2) / dim, kv_heads = k.size(2) / dim;
+    const c10::cuda::CUDAGuard guard(q.device());
+    auto k_rot = torch::empty({batch, kv_heads, tokens, dim}, k.options());
+    const cudaError_t err = rotary_launch(k.data_ptr(), k_rot.data_ptr(), cos.data_ptr(), sin.data_ptr(), batch,
+                                          tokens, kv_heads, dim, cos.size(0) == 1 ? 0 : cos.stride(0),
+                                          cos.stride(2), 1, c10::cuda::getCurrentCUDAStream().stream());
+    TORCH_CHECK(err == cudaSuccess, "rotary kernel: ", cudaGetErrorString(err));
+    const auto q_heads = q.view({batch, tokens, heads, dim}).transpose(1, 2);
+    const auto v_heads = v.view({batch, tokens, kv_heads, dim}).transpose(1, 2);
+    return attention(q_heads, k_rot, v_heads, &cos, &sin, scale);
 }
 
 // the residual add and RMSNorm over the last dimension: (x + r, w * norm(x + r)), rounded as the model rounds
@@ -669,32 +886,6 @@ static torch::Tensor rmsnorm(const torch::Tensor& x, const torch::Tensor& w, dou
     return out;
 }
 
-// a projection x[B, T, K] W[H*D, K]^T with the rotary embedding applied to each head (cos, sin [Bc, 1, T, D]): the
-// GEMM by cuBLASLt, then the rotation, in place as [B, T, H, D] (repeats 0), or each head repeated for GQA's
-// attention as [B, H * repeats, T, D]
-static torch::Tensor linear_rotary(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& cos,
-                                   const torch::Tensor& sin, int64_t repeats) {
-    expect(x), expect(w);
-    for (const auto* t : {&cos, &sin})
-        TORCH_CHECK(t->is_cuda() && t->scalar_type() == torch::kBFloat16 && t->dim() == 4 && t->stride(3) == 1,
-                    "cos and sin: bfloat16 CUDA tensors [B or 1, 1, T, D] with the last dimension contiguous");
-    TORCH_CHECK(sin.sizes() == cos.sizes() && sin.strides() == cos.strides(), "cos and sin differ in layout");
-    TORCH_CHECK(x.dim() == 3 && w.size(1) == x.size(2) && repeats >= 0, "x [B, T, K], W [N, K], repeats >= 0");
-    const int64_t batch = x.size(0), tokens = x.size(1), k = x.size(2), n = w.size(0), dim = cos.size(3);
-    TORCH_CHECK(dim % 2 == 0 && n % dim == 0 && cos.size(2) == tokens && (cos.size(0) == 1 || cos.size(0) == batch),
-                "cos and sin do not match the projection");
-    const c10::cuda::CUDAGuard guard(x.device());
-    const int64_t heads = n / dim;
-    auto y = torch::empty({batch, tokens, heads, dim}, x.options());
-    gemm(x, w, true, nullptr, 0, y, batch * tokens, n, k);
-    auto out = repeats == 0 ? y : torch::empty({batch, heads * repeats, tokens, dim}, x.options());
-    const cudaError_t err = rotary_launch(y.data_ptr(), out.data_ptr(), cos.data_ptr(), sin.data_ptr(), batch, tokens,
-                                          heads, dim, cos.size(0) == 1 ? 0 : cos.stride(0), cos.stride(2),
-                                          (int)repeats, c10::cuda::getCurrentCUDAStream().stream());
-    TORCH_CHECK(err == cudaSuccess, "rotary kernel: ", cudaGetErrorString(err));
-    return out;
-}
-
 // shapes alone, for tracing (torch.compile, the put-back)
 static std::tuple<torch::Tensor, torch::Tensor> add_rmsnorm_meta(const torch::Tensor& x, const torch::Tensor& r,
                                                                  const torch::Tensor& w, double eps) {
@@ -703,13 +894,6 @@ static std::tuple<torch::Tensor, torch::Tensor> add_rmsnorm_meta(const torch::Te
 
 static torch::Tensor rmsnorm_meta(const torch::Tensor& x, const torch::Tensor& w, double eps) {
     return torch::empty_like(x);
-}
-
-static torch::Tensor linear_rotary_meta(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& cos,
-                                        const torch::Tensor& sin, int64_t repeats) {
-    const int64_t dim = cos.size(3), heads = w.size(0) / dim;
-    if (repeats == 0) return torch::empty({x.size(0), x.size(1), heads, dim}, x.options());
-    return torch::empty({x.size(0), heads * repeats, x.size(1), dim}, x.options());
 }
 
 static torch::Tensor conv1d_gelu_meta(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
@@ -725,13 +909,18 @@ static torch::Tensor causal_attention_meta(const torch::Tensor& q, const torch::
     return torch::empty({q.size(0), q.size(2), q.size(1) * q.size(3)}, q.options());
 }
 
+static torch::Tensor rotary_attention_meta(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                           const torch::Tensor& cos, const torch::Tensor& sin, double scale) {
+    return torch::empty_like(q);
+}
+
 TORCH_LIBRARY(NAMESPACE, m) {
     m.def("conv1d_gelu(Tensor x, Tensor w, Tensor b) -> Tensor");
     m.def("swiglu(Tensor x, Tensor wg, Tensor wu) -> Tensor");
     m.def("causal_attention(Tensor q, Tensor k, Tensor v, float scale) -> Tensor");
     m.def("add_rmsnorm(Tensor x, Tensor r, Tensor w, float eps) -> (Tensor, Tensor)");
     m.def("rmsnorm(Tensor x, Tensor w, float eps) -> Tensor");
-    m.def("linear_rotary(Tensor x, Tensor w, Tensor cos, Tensor sin, int repeats) -> Tensor");
+    m.def("rotary_attention(Tensor q, Tensor k, Tensor v, Tensor cos, Tensor sin, float scale) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(NAMESPACE, CUDA, m) {
@@ -740,7 +929,7 @@ TORCH_LIBRARY_IMPL(NAMESPACE, CUDA, m) {
     m.impl("causal_attention", &causal_attention);
     m.impl("add_rmsnorm", &add_rmsnorm);
     m.impl("rmsnorm", &rmsnorm);
-    m.impl("linear_rotary", &linear_rotary);
+    m.impl("rotary_attention", &rotary_attention);
 }
 
 TORCH_LIBRARY_IMPL(NAMESPACE, Meta, m) {
@@ -749,7 +938,7 @@ TORCH_LIBRARY_IMPL(NAMESPACE, Meta, m) {
     m.impl("causal_attention", &causal_attention_meta);
     m.impl("add_rmsnorm", &add_rmsnorm_meta);
     m.impl("rmsnorm", &rmsnorm_meta);
-    m.impl("linear_rotary", &linear_rotary_meta);
+    m.impl("rotary_attention", &rotary_attention_meta);
 }
 """
 
@@ -951,13 +1140,16 @@ def model_new(task: str) -> str | None:
     tail = calls[-3:-1] if calls[-1] == "view" else calls[-2:]
     causal = "scaled_dot_product_attention" in calls and "arange" in calls  # a mask built from shapes alone
     if causal and not state and scale and tail == ["transpose", "reshape"]:  # the evaluator checks it is causal
+        if {"neg", "cat"} <= set(calls):  # Llama's: from the projections, with the rotary embedding and GQA's repeat
+            call = _rotary_attention(task, float(scale.group(1)))
+            return None if call is None else MODEL_NEW.format(params="", call=call, args=forward_args(task))
         args, call = "q, k, v", f"torch.ops.{namespace(task)}.causal_attention(q, k, v, {float(scale.group(1))!r})"
         if calls[-1] == "view":  # GPT-2's view for the projection after it
             call += f".view({views[-1]})"
         return MODEL_NEW.format(params="", call=call, args=args)
-    norm_or_rotary = _norm_or_rotary(task, calls, state)
-    if norm_or_rotary is not None:
-        return MODEL_NEW.format(params=params, call=norm_or_rotary, args=forward_args(task))
+    norm = _norm(task, calls, state)
+    if norm is not None:
+        return MODEL_NEW.format(params=params, call=norm, args=forward_args(task))
     if "addmm" in calls and "tanh" in calls and len(state) == 2:  # GPT-2's Conv1D + bias + tanh GELU
         w = next(k for k, v in state.items() if v.dim() == 2)
         b = next(k for k, v in state.items() if v.dim() == 1)
@@ -973,38 +1165,47 @@ def model_new(task: str) -> str | None:
     return MODEL_NEW.format(params=params, call=call, args=args)
 
 
-def _norm_or_rotary(task: str, calls: list[str], state: dict) -> str | None:
-    """ModelNew's forward for a Llama norm region (RMSNorm, with the residual add before it or not) or a projection
-    with its rotary embedding, as one expression; None for any other region."""
+def _norm(task: str, calls: list[str], state: dict) -> str | None:
+    """ModelNew's forward for a Llama norm region (RMSNorm, with the residual add before it or not) as one expression;
+    None for any other region."""
     ns, inputs = namespace(task), [a.strip() for a in forward_args(task).split(",")]
-    if len(state) != 1:
+    if len(state) != 1 or not {"pow", "mean", "rsqrt"} <= set(calls) or "linear" in calls:
         return None
     (w,) = state
-    if {"pow", "mean", "rsqrt"} <= set(calls) and "linear" not in calls:
-        eps = re.search(r"aten\.add\.Tensor\(mean\w*, ([0-9.e-]+)\)", task).group(1)
-        if calls[0] != "add" and len(inputs) == 1:
-            return f"torch.ops.{ns}.rmsnorm({inputs[0]}.contiguous(), self.{w}, {eps})"
-        if calls[0] != "add" or len(inputs) != 2:
-            return None
-        call = f"torch.ops.{ns}.add_rmsnorm({inputs[0]}.contiguous(), {inputs[1]}.contiguous(), self.{w}, {eps})"
-        residual = re.search(r"(\w+) = torch\.ops\.aten\.add\.Tensor\(", task).group(1)
-        pair = re.search(r"return \((\w+), (\w+)\)", task)
-        if pair is None:
-            return call + "[1]"
-        return call if pair.group(1) == residual else None
-    if calls[:1] == ["linear"] and {"neg", "cat", "slice", "transpose", "add"} <= set(calls):
-        x = re.search(r"aten\.linear\.default\((\w+), ", task)
-        cos = re.search(r"aten\.mul\.Tensor\(transpose\w*, (\w+)\)", task)
-        sin = re.search(r"aten\.mul\.Tensor\(cat\w*, (\w+)\)", task)
-        repeat = re.search(r"aten\.expand\.default\(unsqueeze\w*, \[\d+, \d+, (\d+), \d+, \d+\]\)", task)
-        if not (x and cos and sin):
-            return None
-        args = f"{x.group(1)}.contiguous(), self.{w}, {cos.group(1)}, {sin.group(1)}"
-        if calls[-1] == "add":  # q: [B, T, H, D] in place, seen as [B, H, T, D]
-            return f"torch.ops.{ns}.linear_rotary({args}, 0).transpose(1, 2)"
-        if calls[-3:] == ["unsqueeze", "expand", "reshape"] and repeat:  # k, each head repeated for GQA
-            return f"torch.ops.{ns}.linear_rotary({args}, {repeat.group(1)})"
-    return None
+    eps = re.search(r"aten\.add\.Tensor\(mean\w*, ([0-9.e-]+)\)", task).group(1)
+    if calls[0] != "add" and len(inputs) == 1:
+        return f"torch.ops.{ns}.rmsnorm({inputs[0]}.contiguous(), self.{w}, {eps})"
+    if calls[0] != "add" or len(inputs) != 2:
+        return None
+    call = f"torch.ops.{ns}.add_rmsnorm({inputs[0]}.contiguous(), {inputs[1]}.contiguous(), self.{w}, {eps})"
+    residual = re.search(r"(\w+) = torch\.ops\.aten\.add\.Tensor\(", task).group(1)
+    pair = re.search(r"return \((\w+), (\w+)\)", task)
+    if pair is None:
+        return call + "[1]"
+    return call if pair.group(1) == residual else None
+
+
+def _rotary_attention(task: str, scale: float) -> str | None:
+    """ModelNew's forward for a Llama attention region (its inputs the q, k and v projections' outputs and the
+    rotary tables) as one `rotary_attention` call, each input found by what the task's forward does with it: q and k
+    are multiplied by both tables (cos by the rotated value itself, sin by the half-swapped one), v by neither."""
+    inputs = [a.strip() for a in forward_args(task).split(",")]
+    reads: dict[str, set] = {name: {name} for name in inputs}  # a value -> the inputs it is computed from
+    for name, body in re.findall(r"(\w+) = torch\.ops\.aten\.\w+\.\w+\((.*?)\)(?:;|\n)", task):
+        reads[name] = set().union(*(reads.get(token, set()) for token in re.findall(r"\w+", body)))
+    sdpa = re.search(r"aten\.scaled_dot_product_attention\.default\((\w+), (\w+), (\w+)", task)
+    products = re.findall(r"aten\.mul\.Tensor\((\w+), (\w+)\)", task)
+    if sdpa is None:
+        return None
+    q_reads, k_reads, v_reads = (reads.get(sdpa.group(i), set()) for i in (1, 2, 3))
+    tables = q_reads & k_reads
+    cos = {t for x, t in products if t in tables and not x.startswith("cat")}
+    sin = {t for x, t in products if t in tables and x.startswith("cat")}
+    q, k, v = q_reads - tables, k_reads - tables, v_reads
+    if not all(len(found) == 1 for found in (q, k, v, cos, sin)) or len(tables) != 2:
+        return None
+    names = [next(iter(found)) for found in (q, k, v, cos, sin)]
+    return f"torch.ops.{namespace(task)}.rotary_attention({', '.join(names)}, {scale!r})"
 
 
 CONVOLUTION_OPS = {"conv2d", "batch_norm", "add", "relu_", "relu"}

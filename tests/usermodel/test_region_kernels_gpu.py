@@ -1,10 +1,12 @@
 """The scripted policy's region kernels (cuda_region_kernels.py) on their own, on the GPU: built as one library of
-C++ operators, the causal attention kernel checked against SDPA with the mask a traced model builds, on Llama's
-and GPT-2's attention shapes (and a length that is not a multiple of the block), with the query in the layout the
-model hands it (a transposed view), and timed beside SDPA with that mask and SDPA's own causal path (CUDA events,
-medians); Llama's residual RMSNorm and its projections with the rotary embedding (k with GQA's repeat) against the
-model's arithmetic and timed beside torch.compile; ResNet's convolution with its batch norm folded against PyTorch's
-in TF32, as PyTorch runs it. Printed for the committed log."""
+C++ operators (for the device's `a` target, as the evaluator builds: the attention kernel's warpgroup MMAs need it),
+the causal attention kernel checked against SDPA with the mask a traced model builds, on Llama's and GPT-2's
+attention shapes (and lengths that are not a multiple of the block, and k and v with fewer heads than q, GQA), with
+the query in the layout the model hands it (a transposed view), and timed beside SDPA with that mask and SDPA's own
+causal path (CUDA events, medians); Llama's whole attention region (its projections' outputs, the rotary embedding,
+GQA's repeat, the causal mask) against the model's arithmetic and timed beside torch.compile's; Llama's residual
+RMSNorm against the model's arithmetic; ResNet's convolution with its batch norm folded against PyTorch's in TF32,
+as PyTorch runs it. Printed for the committed log."""
 
 from __future__ import annotations
 
@@ -30,6 +32,14 @@ from tests.usermodel.cuda_region_kernels import (
 NAMESPACE = "region_kernels_check"
 
 
+def arch_flag() -> str:
+    """The device's nvcc target as the evaluator's build names it (sm_90a on Hopper)."""
+    from cudagent.device.info import nvcc_arch
+
+    arch = nvcc_arch(torch.cuda.get_device_capability())
+    return f"-gencode=arch=compute_{arch[3:]},code={arch}"
+
+
 @pytest.fixture(scope="module")
 def ops(tmp_path_factory):
     from torch.utils.cpp_extension import load_inline
@@ -39,7 +49,7 @@ def ops(tmp_path_factory):
         cpp_sources=[BINDING_CPP.replace("NAMESPACE", NAMESPACE), LT_CPP],
         cuda_sources=[ATTENTION_CU, SWIGLU_CU, NORM_ROTARY_CU],
         extra_ldflags=["-lcublasLt"],
-        extra_cuda_cflags=["-O3"],
+        extra_cuda_cflags=["-O3", arch_flag()],
         build_directory=str(tmp_path_factory.mktemp("build")),
         is_python_module=False,
     )
@@ -61,17 +71,21 @@ def _ms(fn, calls=20):
 
 
 @pytest.mark.parametrize(
-    ("batch", "heads", "tokens", "dim"), [(16, 16, 1024, 128), (32, 12, 1024, 64), (2, 4, 1000, 128), (1, 2, 77, 64)]
+    ("batch", "heads", "kv_heads", "tokens", "dim"),
+    [(16, 16, 16, 1024, 128), (32, 12, 12, 1024, 64), (2, 4, 4, 1000, 128), (1, 2, 2, 77, 64), (2, 8, 2, 200, 128)],
 )
-def test_causal_attention_matches_sdpa_with_the_traced_mask(ops, batch, heads, tokens, dim):
+def test_causal_attention_matches_sdpa_with_the_traced_mask(ops, batch, heads, kv_heads, tokens, dim):
     torch.manual_seed(0)
     scale = dim**-0.5
     q, k, v, mask = attention_inputs(batch, heads, tokens, dim)  # the query a transposed view, as the model's
+    k, v = k[:, :kv_heads].contiguous(), v[:, :kv_heads].contiguous()
+    group = heads // kv_heads
+    wide_k, wide_v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # what GQA's repeat makes
     got = ops.causal_attention(q, k, v, scale)
     assert got.shape == (batch, tokens, heads * dim)
     with torch.no_grad():
-        exact = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, scale=scale)
-        sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+        exact = F.scaled_dot_product_attention(q.float(), wide_k.float(), wide_v.float(), attn_mask=mask, scale=scale)
+        sdpa = F.scaled_dot_product_attention(q, wide_k, wide_v, attn_mask=mask, scale=scale)
     exact = exact.transpose(1, 2).reshape(batch, tokens, heads * dim)
     sdpa = sdpa.transpose(1, 2).reshape(batch, tokens, heads * dim)
     ours, theirs = (got.float() - exact).abs().max().item(), (sdpa.float() - exact).abs().max().item()
@@ -81,18 +95,72 @@ def test_causal_attention_matches_sdpa_with_the_traced_mask(ops, batch, heads, t
     assert ours <= 2 * theirs, (ours, theirs)  # and, kernel for kernel, of SDPA's own accuracy
     with torch.no_grad():  # sharp rows: what the evaluator's stress trial draws
         stress = ops.causal_attention(q * 4, k * 4, v, scale)
-        sharp = F.scaled_dot_product_attention(q.float() * 4, k.float() * 4, v.float(), attn_mask=mask, scale=scale)
-        sharp_sdpa = F.scaled_dot_product_attention(q * 4, k * 4, v, attn_mask=mask, scale=scale)
+        sharp = F.scaled_dot_product_attention(
+            q.float() * 4, wide_k.float() * 4, wide_v.float(), attn_mask=mask, scale=scale
+        )
+        sharp_sdpa = F.scaled_dot_product_attention(q * 4, wide_k * 4, wide_v, attn_mask=mask, scale=scale)
     sharp, sharp_sdpa = (t.transpose(1, 2).reshape(batch, tokens, heads * dim) for t in (sharp, sharp_sdpa))
     assert within_reference_error(sharp_sdpa, sharp, stress, Tolerance()).ok
     kernel = _ms(lambda: ops.causal_attention(q, k, v, scale))
-    masked = _ms(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale))
-    causal = _ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale))
+    masked = _ms(lambda: F.scaled_dot_product_attention(q, wide_k, wide_v, attn_mask=mask, scale=scale))
+    causal = _ms(lambda: F.scaled_dot_product_attention(q, wide_k, wide_v, is_causal=True, scale=scale))
     flops = 4 * batch * heads * tokens * tokens * dim / 2
     print(
-        f"\n[{batch},{heads},{tokens},{dim}] error vs fp32: ours {ours:.4g}, sdpa {theirs:.4g}; "
+        f"\n[{batch},{heads}/{kv_heads},{tokens},{dim}] error vs fp32: ours {ours:.4g}, sdpa {theirs:.4g}; "
         f"ms: kernel {kernel:.4f} ({flops / kernel / 1e9:.0f} TFLOP/s causal), "
         f"sdpa with the traced mask {masked:.4f}, sdpa causal {causal:.4f}"
+    )
+
+
+def _rotary_tables(tokens: int, dim: int):
+    """cos and sin [1, 1, T, D] as a Llama's rotary embedding makes them (the angles' halves repeated), in bf16."""
+    angles = torch.arange(tokens, device="cuda")[:, None] * (10000 ** (-torch.arange(0, dim, 2, device="cuda") / dim))
+    both = torch.cat([angles, angles], -1)
+    return both.cos().to(torch.bfloat16)[None, None], both.sin().to(torch.bfloat16)[None, None]
+
+
+def _llama_attention(q, k, v, cos, sin, heads, kv_heads, scale, wide=False):
+    """What a traced Llama's attention region computes from its projections' outputs (bf16, each step rounded as the
+    model's operators round; `wide`: the attention itself in fp32, the answer bf16's approximates)."""
+    (b, t, _), d = q.shape, cos.shape[-1]
+
+    def rotated(x):
+        return x * cos + torch.cat([-x[..., d // 2 :], x[..., : d // 2]], -1) * sin
+
+    q = rotated(q.view(b, t, heads, d).transpose(1, 2))
+    k = rotated(k.view(b, t, kv_heads, d).transpose(1, 2))
+    v = v.view(b, t, kv_heads, d).transpose(1, 2)
+    group = heads // kv_heads
+    k = k[:, :, None].expand(b, kv_heads, group, t, d).reshape(b, heads, t, d)
+    v = v[:, :, None].expand(b, kv_heads, group, t, d).reshape(b, heads, t, d)
+    mask = torch.ones(t, t, device=q.device, dtype=torch.bool).tril().expand(b, 1, t, t)
+    if wide:
+        q, k, v = q.float(), k.float(), v.float()
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    return out.transpose(1, 2).reshape(b, t, heads * d)
+
+
+@pytest.mark.parametrize(("batch", "heads", "kv_heads", "tokens"), [(16, 16, 4, 1024), (2, 8, 2, 333)])
+def test_llamas_attention_region_matches_the_models_arithmetic(ops, batch, heads, kv_heads, tokens):
+    torch.manual_seed(0)
+    dim, scale = 128, 128**-0.5
+    q = torch.randn(batch, tokens, heads * dim, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(batch, tokens, kv_heads * dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    cos, sin = _rotary_tables(tokens, dim)
+    got = ops.rotary_attention(q, k, v, cos, sin, scale)
+    with torch.no_grad():
+        model = _llama_attention(q, k, v, cos, sin, heads, kv_heads, scale)
+        exact = _llama_attention(q, k, v, cos, sin, heads, kv_heads, scale, wide=True)
+    assert got.shape == model.shape
+    ours, theirs = (got.float() - exact).abs().max().item(), (model.float() - exact).abs().max().item()
+    assert within_reference_error(model, exact, got, Tolerance()).ok, (ours, theirs)
+    assert ours <= 2 * theirs, (ours, theirs)
+    compiled = torch.compile(lambda q, k, v: _llama_attention(q, k, v, cos, sin, heads, kv_heads, scale))
+    compiled(q, k, v)
+    kernel, theirs_ms = _ms(lambda: ops.rotary_attention(q, k, v, cos, sin, scale)), _ms(lambda: compiled(q, k, v))
+    print(
+        f"\nLlama's attention region [{batch},{heads}/{kv_heads},{tokens},{dim}] (rotary, GQA, causal): error vs fp32 "
+        f"ours {ours:.4g}, the model's {theirs:.4g}; ms: ours {kernel:.4f}, torch.compile {theirs_ms:.4f}"
     )
 
 
@@ -197,29 +265,3 @@ def test_rmsnorm_with_its_residual_matches_the_models_arithmetic(ops):
     compiled(x, r)
     ours, theirs = _ms(lambda: ops.add_rmsnorm(x, r, w, 1e-6)), _ms(lambda: compiled(x, r))
     print(f"\nadd + RMSNorm [16,1024,2048]: ours {ours:.4f} ms, torch.compile's fused kernel {theirs:.4f} ms")
-
-
-@pytest.mark.parametrize("repeats", [0, 4])
-def test_the_projection_with_its_rotary_embedding_matches_the_models_arithmetic(ops, repeats):
-    torch.manual_seed(0)
-    b, t, k, heads, d = 16, 1024, 2048, 16 if repeats == 0 else 4, 128
-    x = torch.randn(b, t, k, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(heads * d, k, device="cuda", dtype=torch.bfloat16) * k**-0.5
-    angles = torch.arange(t, device="cuda")[:, None] * torch.rand(d // 2, device="cuda")[None]
-    cos = torch.cat([angles.cos()] * 2, -1).to(torch.bfloat16)[None, None]
-    sin = torch.cat([angles.sin()] * 2, -1).to(torch.bfloat16)[None, None]
-
-    def reference():
-        y = F.linear(x, w).view(b, t, heads, d).transpose(1, 2)
-        y = y * cos + torch.cat([-y[..., d // 2 :], y[..., : d // 2]], -1) * sin
-        if repeats == 0:
-            return y
-        return y[:, :, None].expand(b, heads, repeats, t, d).reshape(b, heads * repeats, t, d)
-
-    got = ops.linear_rotary(x, w, cos, sin, repeats)
-    got = got.transpose(1, 2) if repeats == 0 else got
-    torch.testing.assert_close(got, reference(), rtol=2e-2, atol=2e-2)  # the GEMMs round alike, not to the bit
-    compiled = torch.compile(reference)
-    compiled()
-    ours, theirs = _ms(lambda: ops.linear_rotary(x, w, cos, sin, repeats)), _ms(compiled)
-    print(f"\nprojection + rotary, {heads} heads, repeats {repeats}: ours {ours:.4f} ms, torch.compile {theirs:.4f} ms")
