@@ -36,6 +36,19 @@ MODELS = {
 }
 
 
+def built_model(name: str):
+    """(model, input_ids) of one of MODELS: random weights (seed 0), bf16, on the GPU, in eval mode."""
+    import torch
+    import transformers
+
+    config_class, fields, shape = MODELS[name]
+    torch.manual_seed(0)
+    config = getattr(transformers, config_class)(**fields)
+    model = getattr(transformers, config_class.replace("Config", "Model"))(config)
+    model = model.to(device="cuda", dtype=torch.bfloat16).eval()
+    return model, torch.randint(0, config.vocab_size, shape, device="cuda")
+
+
 def emit(found: dict, out: str | None) -> None:
     """A benchmark's result as one JSON line: printed, and appended to `out` where given (the other scripts here use it
     too)."""
@@ -58,13 +71,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out")
     a = parser.parse_args()
-    config_class, fields, shape = MODELS[a.model]
     device = "cuda"
-    torch.manual_seed(0)
-    config = getattr(transformers, config_class)(**fields)
-    model_class = getattr(transformers, config_class.replace("Config", "Model"))
-    model = model_class(config).to(device=device, dtype=torch.bfloat16).eval()
-    ids = torch.randint(0, config.vocab_size, shape, device=device)
+    model, ids = built_model(a.model)
+    shape = tuple(ids.shape)
     args, kwargs = (ids,), {}
     with torch.no_grad():
         expected = model(ids).last_hidden_state

@@ -16,7 +16,7 @@ import re
 import time
 from collections import defaultdict
 
-from alternatives import MODELS, emit  # benchmarks/ is on the path when a script in it runs
+from alternatives import MODELS, built_model, emit  # benchmarks/ is on the path when a script in it runs
 
 GROUPS = (
     ("gemm", re.compile(r"gemm|cutlass|sm90_xmma|nvjet|cublas", re.I)),
@@ -31,7 +31,6 @@ def group_of(kernel: str) -> str:
 
 def main() -> None:
     import torch
-    import transformers
 
     from cudagent.usermodel.alternatives import prepared
 
@@ -41,43 +40,42 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--out")
     a = parser.parse_args()
-    config_class, fields, shape = MODELS[a.model]
-    torch.manual_seed(0)
-    config = getattr(transformers, config_class)(**fields)
-    model = getattr(transformers, config_class.replace("Config", "Model"))(config)
-    model = model.to(device="cuda", dtype=torch.bfloat16).eval()
-    ids = torch.randint(0, config.vocab_size, shape, device="cuda")
+    model, ids = built_model(a.model)
+    fn = prepared(model, a.mode, (ids,), {})
+    found = {"model": a.model, "inputs": list(ids.shape), "mode": a.mode, "device": torch.cuda.get_device_name()}
+    found.update(torch=torch.__version__, **kernel_profile(fn, (ids,), a.calls, top=25))
+    emit(found, a.out)
+
+
+def kernel_profile(fn, args: tuple, calls: int = 5, top: int = 8) -> dict:
+    """fn(*args)'s CUDA kernels over `calls` calls after three warm-ups (torch.profiler): the wall time and the GPU
+    time a call, the time each group of kernels takes, and the `top` costliest kernels."""
+    import torch
+
     with torch.no_grad():
-        fn = prepared(model, a.mode, (ids,), {})
         for _ in range(3):
-            fn(ids)
+            fn(*args)
         torch.cuda.synchronize()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             start = time.perf_counter()
-            for _ in range(a.calls):
-                fn(ids)
+            for _ in range(calls):
+                fn(*args)
             torch.cuda.synchronize()
-            wall_ms = (time.perf_counter() - start) * 1e3 / a.calls
+            wall_ms = (time.perf_counter() - start) * 1e3 / calls
     per_kernel: dict[str, float] = defaultdict(float)
     for event in prof.events():
         if event.device_type == torch.autograd.DeviceType.CUDA:
-            per_kernel[event.name] += event.device_time / 1e3 / a.calls
+            per_kernel[event.name] += event.device_time / 1e3 / calls
     groups: dict[str, float] = defaultdict(float)
     for name, ms in per_kernel.items():
         groups[group_of(name)] += ms
-    top = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:25]
-    found = {
-        "model": a.model,
-        "inputs": list(shape),
-        "mode": a.mode,
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
+    costliest = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:top]
+    return {
         "wall_ms": round(wall_ms, 4),
         "gpu_ms": round(sum(per_kernel.values()), 4),
         "groups_ms": {k: round(v, 4) for k, v in sorted(groups.items(), key=lambda kv: -kv[1])},
-        "top": [{"kernel": name[:160], "group": group_of(name), "ms": round(ms, 4)} for name, ms in top],
+        "top": [{"kernel": name[:160], "group": group_of(name), "ms": round(ms, 4)} for name, ms in costliest],
     }
-    emit(found, a.out)
 
 
 if __name__ == "__main__":
