@@ -462,26 +462,36 @@ __device__ __forceinline__ void issue_values(float (&o)[D / 2], uint32_t (&p)[BN
     hold<D / 2>(o);
 }
 
-// the causal mask and the online softmax of one key block's scores: rows row_a (s[4t], s[4t+1]) and row_a + 8
-// (s[4t+2], s[4t+3]); P in bf16 (as SDPA's own bf16 kernels round it) as the A operand of P V (the accumulator
-// layout of two n-tiles is one k-step's A fragment); alpha: what O so far is scaled by
-// (s is only read: an instruction that wrote it while the step's other MMA runs would serialize the MMAs)
 template <int BN>
-__device__ __forceinline__ float masked(const float (&s)[BN / 2], int i, int k0, int row_a, bool edge, int tokens,
-                                        int lane, float scale_log2) {
+__device__ __forceinline__ float masked(const float (&s)[BN / 2], int i, int k0, int row_a, int tokens, int lane,
+                                        float scale_log2) {
     const int key = k0 + (i / 4) * 8 + 2 * (lane % 4) + (i & 1), row = row_a + ((i >> 1) & 1) * 8;
-    return edge && (key > row || key >= tokens) ? -INFINITY : s[i] * scale_log2;
+    return key > row || key >= tokens ? -INFINITY : s[i] * scale_log2;
 }
 
-template <int BN>
-__device__ __forceinline__ void softmax(const float (&s)[BN / 2], uint32_t (&p)[BN / 16][4], float (&m)[2],
-                                        float (&l)[2], float (&alpha)[2], int k0, int row_a, bool edge, int tokens,
-                                        int lane, float scale_log2) {
+// 2^x in one instruction (denormal results flushed to zero: a probability under 2^-126 of the row's largest)
+__device__ __forceinline__ float exp2_fast(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// MASK: a block that reaches past the diagonal or the last key, each score checked; else the block's scores all
+// count, its maximum taken on the raw scores (the scale is positive) and each exponent one fused multiply-add
+template <int BN, bool MASK>
+__device__ __forceinline__ void softmax_block(const float (&s)[BN / 2], uint32_t (&p)[BN / 16][4], float (&m)[2],
+                                              float (&l)[2], float (&alpha)[2], int k0, int row_a, int tokens,
+                                              int lane, float scale_log2) {
     float mx[2] = {m[0], m[1]};
+    if constexpr (MASK) {
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) {
-        const float x = masked<BN>(s, i, k0, row_a, edge, tokens, lane, scale_log2);
-        mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], x);
+        for (int i = 0; i < BN / 2; ++i)
+            mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], masked<BN>(s, i, k0, row_a, tokens, lane, scale_log2));
+    } else {
+        float raw[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) raw[(i >> 1) & 1] = fmaxf(raw[(i >> 1) & 1], s[i]);
+        mx[0] = fmaxf(mx[0], raw[0] * scale_log2), mx[1] = fmaxf(mx[1], raw[1] * scale_log2);
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -489,7 +499,7 @@ __device__ __forceinline__ void softmax(const float (&s)[BN / 2], uint32_t (&p)[
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffff, mx[r], 2));
         // a row that has seen only masked keys so far keeps m = -inf: nothing to rescale, p = 0
         const float use = mx[r] == -INFINITY ? 0.f : mx[r];
-        alpha[r] = exp2f(m[r] - use);
+        alpha[r] = exp2_fast(m[r] - use);
         m[r] = mx[r];
         l[r] *= alpha[r];
         mx[r] = use;
@@ -498,13 +508,31 @@ __device__ __forceinline__ void softmax(const float (&s)[BN / 2], uint32_t (&p)[
     for (int t = 0; t < BN / 8; ++t) {
         float e[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-            e[i] = exp2f(masked<BN>(s, 4 * t + i, k0, row_a, edge, tokens, lane, scale_log2) - mx[i >> 1]);
-        const float p0 = e[0], p1 = e[1], p2 = e[2], p3 = e[3];
-        l[0] += p0 + p1, l[1] += p2 + p3;
-        p[t / 2][(t % 2) * 2] = pack(p0, p1);
-        p[t / 2][(t % 2) * 2 + 1] = pack(p2, p3);
+        for (int i = 0; i < 4; ++i) {
+            if constexpr (MASK) {
+                e[i] = exp2_fast(masked<BN>(s, 4 * t + i, k0, row_a, tokens, lane, scale_log2) - mx[i >> 1]);
+            } else {
+                e[i] = exp2_fast(fmaf(s[4 * t + i], scale_log2, -mx[i >> 1]));
+            }
+        }
+        l[0] += e[0] + e[1], l[1] += e[2] + e[3];
+        p[t / 2][(t % 2) * 2] = pack(e[0], e[1]);
+        p[t / 2][(t % 2) * 2 + 1] = pack(e[2], e[3]);
     }
+}
+
+// the online softmax of one key block's scores: rows row_a (s[4t], s[4t+1]) and row_a + 8 (s[4t+2], s[4t+3]); P in
+// bf16 (as SDPA's own bf16 kernels round it) as the A operand of P V (the accumulator layout of two n-tiles is one
+// k-step's A fragment); alpha: what O so far is scaled by. s is only read: an instruction that wrote it while the
+// step's other MMA runs would serialize the MMAs
+template <int BN>
+__device__ __forceinline__ void softmax(const float (&s)[BN / 2], uint32_t (&p)[BN / 16][4], float (&m)[2],
+                                        float (&l)[2], float (&alpha)[2], int k0, int row_a, bool edge, int tokens,
+                                        int lane, float scale_log2) {
+    if (edge || scale_log2 < 0.f)
+        softmax_block<BN, true>(s, p, m, l, alpha, k0, row_a, tokens, lane, scale_log2);
+    else
+        softmax_block<BN, false>(s, p, m, l, alpha, k0, row_a, tokens, lane, scale_log2);
 }
 
 template <int D, int BN>
