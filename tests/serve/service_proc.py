@@ -82,8 +82,15 @@ class ServiceProcess:
 
     # ----- raw HTTP, for the refusal tests ---------------------------------------------------------------------
 
-    def request(self, method: str, path: str, body: bytes | None = None, token: str | None = TOKEN, headers=None,
-                timeout_s: float = 600):
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        token: str | None = TOKEN,
+        headers=None,
+        timeout_s: float = 600,
+    ):
         """`timeout_s` only guards against a hang: a timed evaluation queued behind another on a loaded two-core CI
         machine took 127 s (stop 62's CI failed on the old 120 s here)."""
         req = urllib.request.Request(f"{self.url}{path}", data=body, method=method)
