@@ -278,9 +278,8 @@ def group(program) -> list[Region]:
     for node in nodes:
         if op_name(node) in ANCHORS["attention"] and node in region_of:
             target = find(region_of[node])
-            for value in node.args[:3]:
-                for step in _attention_prologue(value, node, region_of, find, anchor_kind):
-                    region_of[step] = target
+            for step in _attention_prologue(node, region_of, find, anchor_kind):
+                region_of[step] = target
     members: dict[int, list] = {}
     for node in nodes:
         if node in region_of:
@@ -305,31 +304,37 @@ def group(program) -> list[Region]:
     return regions
 
 
-def _attention_prologue(value, attention, region_of: dict, find, anchor_kind: dict) -> list:
-    """The nodes of the GEMM region that makes `value` (an input of `attention`) between its GEMM and `value`, when
+def _attention_prologue(attention, region_of: dict, find, anchor_kind: dict) -> list:
+    """The nodes of the GEMM regions that make `attention`'s q, k and v, between each GEMM and the attention, where
     they do more than view the GEMM's output (a rotary embedding's products and sums, GQA's expand and reshape, a
-    copy) and every value they make is read by each other or by `attention` alone; [] otherwise. A GEMM library
-    cannot apply them as its epilogue and torch.compile runs them as passes of their own over q, k and v (the
-    repeated k and v written out at the query's head count); an attention kernel applies them to each tile it
-    loads. Pure views (GPT-2's split of one projection into q, k and v) stay with the GEMM."""
-    if getattr(value, "op", None) != "call_function" or value not in region_of:
-        return []
-    rid = find(region_of[value])
-    if anchor_kind[rid] != "gemm":
-        return []
-    chain, stack = [], [value]
-    while stack:
-        node = stack.pop()
-        if node in chain or node not in region_of or find(region_of[node]) != rid or _anchor(op_name(node)):
+    copy) and every value they make is read by each other or by `attention` alone; per GEMM region (one projection
+    for all three, as a fused QKV, or one each), all of its nodes or none. A GEMM library cannot apply them as its
+    epilogue and torch.compile runs them as passes of their own over q, k and v (the repeated k and v written out at
+    the query's head count); an attention kernel applies them to each tile it loads. Pure views (GPT-2's split of
+    one projection into q, k and v) stay with the GEMM."""
+    chains: dict[int, list] = {}  # GEMM region -> its nodes on the way to the attention
+    for value in attention.args[:3]:
+        if getattr(value, "op", None) != "call_function" or value not in region_of:
             continue
-        chain.append(node)
-        stack.extend(node.all_input_nodes)
-    if all(op_name(n) in PURE_VIEWS for n in chain):
-        return []
-    inside = set(chain)
-    if any(u not in inside and u is not attention for n in chain for u in n.users):
-        return []
-    return chain
+        rid = find(region_of[value])
+        if anchor_kind[rid] != "gemm":
+            continue
+        chain, stack = chains.setdefault(rid, []), [value]
+        while stack:
+            node = stack.pop()
+            if node in chain or node not in region_of or find(region_of[node]) != rid or _anchor(op_name(node)):
+                continue
+            chain.append(node)
+            stack.extend(node.all_input_nodes)
+    moved = []
+    for chain in chains.values():
+        inside = set(chain)
+        if all(op_name(n) in PURE_VIEWS for n in chain):
+            continue
+        if any(u not in inside and u is not attention for n in chain for u in n.users):
+            continue
+        moved += chain
+    return moved
 
 
 def _convex(members: list) -> bool:

@@ -313,6 +313,48 @@ def test_a_written_out_rmsnorm_is_one_region_with_its_residual_and_rotary_stays_
         torch.testing.assert_close(patched(x).last_hidden_state, model(x).last_hidden_state)
 
 
+class FusedQKVAttention(nn.Module):
+    """One projection for q, k and v (as GPT-NeoX and Phi write it), the rotary embedding on q and k, causal SDPA."""
+
+    def __init__(self, width: int = 32, heads: int = 4, tokens: int = 8):
+        super().__init__()
+        self.heads, self.qkv, self.out = heads, nn.Linear(width, 3 * width), nn.Linear(width, width)
+        angles = torch.arange(tokens)[:, None] * torch.rand(width // heads // 2)[None]
+        self.register_buffer("cos", torch.cat([angles.cos()] * 2, -1))
+        self.register_buffer("sin", torch.cat([angles.sin()] * 2, -1))
+
+    def forward(self, x):
+        b, t, w = x.shape
+        q, k, v = (y.view(b, t, self.heads, -1).transpose(1, 2) for y in self.qkv(x).split(w, dim=-1))
+
+        def rotated(y):
+            half = y.shape[-1] // 2
+            return y * self.cos + torch.cat([-y[..., half:], y[..., :half]], -1) * self.sin
+
+        out = F.scaled_dot_product_attention(rotated(q), rotated(k), v, is_causal=True)
+        return self.out(out.transpose(1, 2).reshape(b, t, w))
+
+
+def test_a_fused_projections_rotary_embedding_goes_to_its_attention_whole():
+    """q, k and v from one projection, q and k rotated on the way: the rotary work of both, and the split, leave the
+    projection's region for the attention's together (the projection is then a GEMM alone), and the put-back still
+    computes the model. (Taken per input, each chain would have been left where it was: the split feeds the other
+    two.)"""
+    torch.manual_seed(0)
+    model = FusedQKVAttention().eval()
+    x = torch.randn(2, 8, 32)
+    program = capture(model, (x,))
+    regions = group(program)
+    (attention,) = [r for r in regions if r.anchor == "attention"]
+    assert attention.shown_ops().count("neg") == 2 and "split" in attention.ops, attention.describe()
+    projection = next(r for r in regions if "linear" in r.ops and attention.inputs[0] in r.outputs)
+    assert [op for op in projection.ops if op not in ("view", "_unsafe_view")] == ["linear"], projection.describe()
+    assert set(attention.weights) == {"cos", "sin"}, attention.weights
+    patched = rewrite(program, {r.name + r.nodes[0]: (r, register(r, program)) for r in regions})
+    with torch.no_grad():
+        torch.testing.assert_close(patched(x), model(x))
+
+
 @torch.library.custom_op("cudagent_test_bind::linear_gelu", mutates_args=())
 def _linear_gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.gelu(x @ w.t() + b)
