@@ -44,7 +44,7 @@ def build(variant: str, folder: Path) -> str:
     from torch.utils.cpp_extension import load_inline
 
     sys.path.insert(0, str(REPO))
-    from cudagent.device.info import nvcc_arch
+    from cudagent.device.info import gencode, nvcc_arch
     from tests.usermodel.cuda_region_kernels import BINDING_CPP, LT_CPP, NORM_ROTARY_CU, SWIGLU_CU, attention_cu
 
     block_n, stages, fence = VARIANTS[variant]
@@ -53,7 +53,7 @@ def build(variant: str, folder: Path) -> str:
         fence_text = 'asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");'
         assert source.count(fence_text) == 1, "the kernel's proxy fence is not where this variant expects it"
         source = source.replace(fence_text, "")
-    arch = nvcc_arch(torch.cuda.get_device_capability())
+    arch = gencode(nvcc_arch(torch.cuda.get_device_capability()))
     namespace = f"attention_putback_{variant}"
     folder.mkdir(parents=True, exist_ok=True)
     load_inline(
@@ -61,7 +61,7 @@ def build(variant: str, folder: Path) -> str:
         cpp_sources=[BINDING_CPP.replace("NAMESPACE", namespace), LT_CPP],
         cuda_sources=[source, SWIGLU_CU, NORM_ROTARY_CU],
         extra_ldflags=["-lcublasLt"],
-        extra_cuda_cflags=["-O3", f"-gencode=arch=compute_{arch[3:]},code={arch}"],
+        extra_cuda_cflags=["-O3", arch],
         build_directory=str(folder),
         is_python_module=False,
     )
@@ -131,31 +131,28 @@ def region_check(region, program, values, namespaces: dict) -> dict:
 
     gm = region_graph(program, region)
     torch.manual_seed(1)
-    inputs = [
-        values[n] if values[n].dim() == 4 and values[n].shape[1] == 1 else torch.randn_like(values[n])
-        for n in region.inputs
-    ]  # cos and sin as the model made them; q, k and v drawn
+
+    def table(t) -> bool:  # Llama's cos and sin, [B or 1, 1, T, D]
+        return t.dim() == 4 and t.shape[1] == 1
+
+    # the tables as the model made them; q, k and v drawn
+    inputs = [values[n] if table(values[n]) else torch.randn_like(values[n]) for n in region.inputs]
     with torch.no_grad():
         model = gm(*inputs)
         exact = gm(*[t.float() for t in inputs])
-        sharp = [t * 4 if not (t.dim() == 4 and t.shape[1] == 1) else t for t in inputs]
+        sharp = [t if table(t) else t * 4 for t in inputs]
         model_sharp, exact_sharp = gm(*sharp), gm(*[t.float() for t in sharp])
     compiled = torch.compile(gm)
     out = {"model_error": float((model.float() - exact).abs().max()), "ms": {}}
     out["ms"]["region_compiled"] = round(timed(compiled, tuple(inputs), calls=50, cuda=inputs[0].is_cuda), 4)
+    scale = next(n for n in gm.graph.nodes if "scaled_dot_product" in str(n.target)).kwargs.get("scale")
     for n, namespace in namespaces.items():
         ops = getattr(torch.ops, namespace)
-        names = [t.shape for t in inputs]
-        if len(inputs) == 5:  # Llama's: q, k, v from the projections, then the tables
-            scale = next(n for n in gm.graph.nodes if "scaled_dot_product" in str(n.target)).kwargs["scale"]
+        # Llama's region: q, k, v from the projections, then the tables; GPT-2's: q, k, v
+        op = ops.rotary_attention if len(inputs) == 5 else ops.causal_attention
 
-            def call(*t, ops=ops, scale=scale):
-                return ops.rotary_attention(*t, scale)
-        else:
-            scale = next(n for n in gm.graph.nodes if "scaled_dot_product" in str(n.target)).kwargs.get("scale")
-
-            def call(*t, ops=ops, scale=scale):
-                return ops.causal_attention(*t, scale)
+        def call(*t, op=op):
+            return op(*t, scale)
 
         with torch.no_grad():
             got, got_sharp = call(*inputs).view(model.shape), call(*sharp).view(model.shape)
@@ -163,7 +160,7 @@ def region_check(region, program, values, namespaces: dict) -> dict:
             "error": float((got.float() - exact).abs().max()),
             "within_reference_error": within_reference_error(model, exact, got, Tolerance()).ok,
             "sharp_within_reference_error": within_reference_error(model_sharp, exact_sharp, got_sharp, Tolerance()).ok,
-            "shapes": [list(x) for x in names],
+            "shapes": [list(t.shape) for t in inputs],
         }
         out["ms"][f"kernel_{n}"] = round(timed(call, tuple(inputs), calls=50, cuda=inputs[0].is_cuda), 4)
     return out

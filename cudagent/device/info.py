@@ -112,6 +112,15 @@ def nvcc_arch(capability: tuple[int, int]) -> str:
     return f"sm_{major}{minor}{suffix}"
 
 
+def gencode(arch: str) -> str:
+    """nvcc's flag that builds for `arch` (machine code for it alone: no PTX the driver would compile at load).
+
+    >>> gencode("sm_90a")
+    '-gencode=arch=compute_90a,code=sm_90a'
+    """
+    return f"-gencode=arch=compute_{arch[3:]},code={arch}"
+
+
 def _driver_version() -> str | None:
     smi = shutil.which("nvidia-smi")
     if not smi:

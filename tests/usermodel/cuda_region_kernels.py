@@ -6,11 +6,12 @@ region task (the task's forward: the region's aten calls; its weights file: the 
 - a gated MLP's gate and up projections with SwiGLU's product (`silu(x @ Wg^T) * (x @ Wu^T)`): both GEMMs by
   cuBLASLt, then one kernel for the SiLU and the product (what inductor makes of it too: the floor, not a win);
 - attention whose mask the task builds from shapes alone (a traced transformers model's causal mask, folded into
-  the region): a causal FlashAttention-2-style kernel of its own (mma.sync tensor cores, the softmax online in
-  registers, the key blocks above the diagonal never read), writing the transpose and reshape that follow;
-- Llama's RMSNorm with the residual add before it (one pass a row: the sum written, the norm from it) and its q/k
-  projections with the rotary embedding (the GEMM by cuBLASLt, then the rotation in place), rounded where the model
-  rounds (what inductor fuses too: kept only if the proof finds them faster);
+  the region): a causal kernel of its own on Hopper's warpgroup MMAs (the softmax online in registers, the key
+  blocks above the diagonal never read), writing the transpose and reshape that follow; for Llama's region, which
+  starts at the q, k and v projections' outputs, with the rotary embedding (k in a pass of its own, q as it loads)
+  and GQA's repeat (by indexing) too;
+- Llama's RMSNorm with the residual add before it (one pass a row: the sum written, the norm from it), rounded where
+  the model rounds (what inductor fuses too: kept only if the proof finds it faster);
 - a convolution region of a ResNet in fp32 (conv2d, its batch norm in eval mode, a residual add, a ReLU, or two such
   convolutions joined by the add): each convolution one cuDNN call with the batch norm folded into its weights and
   bias by a kernel of its own, the residual and the ReLU fused into the call (cudnnConvolutionBiasActivationForward).

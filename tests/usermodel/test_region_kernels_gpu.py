@@ -34,10 +34,9 @@ NAMESPACE = "region_kernels_check"
 
 def arch_flag() -> str:
     """The device's nvcc target as the evaluator's build names it (sm_90a on Hopper)."""
-    from cudagent.device.info import nvcc_arch
+    from cudagent.device.info import gencode, nvcc_arch
 
-    arch = nvcc_arch(torch.cuda.get_device_capability())
-    return f"-gencode=arch=compute_{arch[3:]},code={arch}"
+    return gencode(nvcc_arch(torch.cuda.get_device_capability()))
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudagent.boundary.bwrap import install_prefixes
-from cudagent.device.info import DeviceInfo
+from cudagent.device.info import DeviceInfo, gencode
 from cudagent.errors import EnvironmentProblem
 from cudagent.evaluator.jail.compiler import build_env, jailed_build
 from cudagent.evaluator.jail.level import Jail
@@ -261,7 +261,7 @@ def torch_flags(
     nvcc_flags: list[str] = []
     ldflags = [f"-L{shlex.quote(d)}" for d in tc.library_dirs] + ["-lc10", "-ltorch_cpu", "-ltorch", "-ltorch_python"]
     if with_cuda and tc.cuda:
-        nvcc_flags = common + list(TORCH_NVCC_FLAGS) + [f"-gencode=arch=compute_{tc.arch[3:]},code={tc.arch}"]
+        nvcc_flags = common + list(TORCH_NVCC_FLAGS) + [gencode(tc.arch)]
         nvcc_flags += ["--compiler-options", "'-fPIC'"]
         ldflags += ["-lc10_cuda", "-ltorch_cuda", "-lcudart", "-lcublas", "-lcublasLt"]
     return cflags, nvcc_flags, ldflags
