@@ -61,7 +61,7 @@ def build(variant: str, folder: Path) -> str:
         cpp_sources=[BINDING_CPP.replace("NAMESPACE", namespace), LT_CPP],
         cuda_sources=[source, SWIGLU_CU, NORM_ROTARY_CU],
         extra_ldflags=["-lcublasLt"],
-        extra_cuda_cflags=["-O3", arch],
+        extra_cuda_cflags=["-O3", "-lineinfo", arch],
         build_directory=str(folder),
         is_python_module=False,
     )

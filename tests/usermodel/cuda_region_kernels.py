@@ -299,7 +299,8 @@ ATTENTION_TEMPLATE = r"""// Causal attention on Hopper's warpgroup tensor cores 
 // blocks ahead while this block's products run, and each step's softmax runs while the step before's P V does;
 // tiles are stored as the tensor cores read them (rows of 64 values, 128-byte swizzle). GQA: a query head reads
 // key/value head h / group. q may get the rotary embedding as it loads (y = x cos + rotate_half(x) sin, rounded to
-// bf16 at each step as the model rounds).
+// bf16 at each step as the model rounds), its loads issued while K and V's first blocks load; O leaves through shared
+// memory, whole rows at a time.
 // q, k, v: [B, H, T, D] by strides (the last dimension contiguous); out: [B, T, H, D] contiguous.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -329,6 +330,10 @@ __device__ __forceinline__ uint64_t descriptor(uint32_t addr, uint32_t lead, uin
 
 __device__ __forceinline__ void cp16(uint32_t dst, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+
+__device__ __forceinline__ void store_shared(uint32_t dst, uint4 v) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -382,56 +387,69 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
 
 __device__ __forceinline__ float as_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
-// rows [r0, r0 + ROWS) of a [T, D] matrix (row stride `stride`) into `tile` by cp.async; rows past `tokens` zero
+// rows [r0, r0 + ROWS) of a [T, D] matrix (row stride `stride`) into `tile` by cp.async; rows past `tokens` zero.
+// Thread tid copies the 16-byte chunks tid + i * THREADS: one column, rows THREADS / (D / 8) apart (a multiple of
+// 8, so every chunk of the thread has the same swizzle): the addresses one add each, no branch but at the last block
 template <int D, int ROWS>
 __device__ __forceinline__ void load_async(uint32_t tile, const bf16* base, int64_t stride, int r0, int tokens,
                                            int tid) {
-    constexpr int CHUNKS = D / 8;
+    constexpr int CHUNKS = D / 8, PER = ROWS * CHUNKS / THREADS, ROW_STEP = THREADS / CHUNKS;
+    static_assert(ROWS * CHUNKS % THREADS == 0 && ROW_STEP % 8 == 0, "a thread's chunks share their swizzle");
+    const int row = tid / CHUNKS, col = (tid % CHUNKS) * 8;
+    const uint32_t dst = tile + tile_offset(ROWS, row, col);
+    const bf16* src = base + (int64_t)(r0 + row) * stride + col;
+    const int64_t step = (int64_t)ROW_STEP * stride;
+    if (r0 + ROWS <= tokens) {
 #pragma unroll
-    for (int c = tid; c < ROWS * CHUNKS; c += THREADS) {
-        const int row = c / CHUNKS, col = (c % CHUNKS) * 8;
-        const uint32_t dst = tile + tile_offset(ROWS, row, col);
-        if (r0 + row < tokens) {
-            cp16(dst, base + (int64_t)(r0 + row) * stride + col);
-        } else {
-            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(dst), "r"(0));
+        for (int i = 0; i < PER; ++i) cp16(dst + i * ROW_STEP * 128, src + i * step);
+    } else {
+#pragma unroll
+        for (int i = 0; i < PER; ++i) {
+            if (r0 + row + i * ROW_STEP < tokens)
+                cp16(dst + i * ROW_STEP * 128, src + i * step);
+            else
+                store_shared(dst + i * ROW_STEP * 128, make_uint4(0, 0, 0, 0));
         }
     }
 }
 
-// the query tile, with the rotary embedding where `cos` is given (cos, sin: [T, D] rows of this batch)
+// the query tile with the rotary embedding (cos, sin: [T, D] rows of this batch), by plain loads: every load of the
+// thread issued before the first value is used (one memory latency for the tile), then rotated into the tile
 template <int D>
-__device__ __forceinline__ void load_query(uint32_t tile, const bf16* q, int64_t stride, int q0, int tokens,
-                                           const bf16* cos, const bf16* sin, int64_t table_stride, int tid) {
-    if (cos == nullptr) {
-        load_async<D, BM>(tile, q, stride, q0, tokens, tid);
-        return;
-    }
-    constexpr int HALF = D / 2, PAIRS = HALF / 8;
-#pragma unroll  // every load in flight before the first is used
-    for (int c = tid; c < BM * PAIRS; c += THREADS) {
-        const int row = c / PAIRS, col = (c % PAIRS) * 8, t = q0 + row;
-        uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
-        if (t < tokens) {
-            const uint4 x1 = *reinterpret_cast<const uint4*>(q + (int64_t)t * stride + col);
-            const uint4 x2 = *reinterpret_cast<const uint4*>(q + (int64_t)t * stride + col + HALF);
-            const uint4 c1 = *reinterpret_cast<const uint4*>(cos + (int64_t)t * table_stride + col);
-            const uint4 c2 = *reinterpret_cast<const uint4*>(cos + (int64_t)t * table_stride + col + HALF);
-            const uint4 s1 = *reinterpret_cast<const uint4*>(sin + (int64_t)t * table_stride + col);
-            const uint4 s2 = *reinterpret_cast<const uint4*>(sin + (int64_t)t * table_stride + col + HALF);
-            const bf16 *a = reinterpret_cast<const bf16*>(&x1), *b = reinterpret_cast<const bf16*>(&x2);
-            const bf16 *ca = reinterpret_cast<const bf16*>(&c1), *cb = reinterpret_cast<const bf16*>(&c2);
-            const bf16 *sa = reinterpret_cast<const bf16*>(&s1), *sb = reinterpret_cast<const bf16*>(&s2);
-            bf16 *ol = reinterpret_cast<bf16*>(&lo), *oh = reinterpret_cast<bf16*>(&hi);
+__device__ __forceinline__ void load_query_rotated(uint32_t tile, const bf16* q, int64_t stride, int q0, int tokens,
+                                                   const bf16* cos, const bf16* sin, int64_t table_stride, int tid) {
+    constexpr int HALF = D / 2, PAIRS = HALF / 8, PER = BM * PAIRS / THREADS;
+    static_assert(BM * PAIRS % THREADS == 0, "every thread rotates as many chunks");
+    uint4 x1[PER], x2[PER], c1[PER], c2[PER], s1[PER], s2[PER];
 #pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                const float x = __bfloat162float(a[i]), y = __bfloat162float(b[i]);
-                ol[i] = __float2bfloat16(as_bf16(x * __bfloat162float(ca[i])) + as_bf16(-y * __bfloat162float(sa[i])));
-                oh[i] = __float2bfloat16(as_bf16(y * __bfloat162float(cb[i])) + as_bf16(x * __bfloat162float(sb[i])));
-            }
+    for (int i = 0; i < PER; ++i) {
+        const int c = tid + i * THREADS, row = c / PAIRS, col = (c % PAIRS) * 8, t = q0 + row;
+        const uint4 zero = make_uint4(0, 0, 0, 0);
+        x1[i] = x2[i] = c1[i] = c2[i] = s1[i] = s2[i] = zero;
+        if (t < tokens) {
+            const bf16 *qr = q + (int64_t)t * stride + col, *cr = cos + (int64_t)t * table_stride + col,
+                       *sr = sin + (int64_t)t * table_stride + col;
+            x1[i] = __ldg(reinterpret_cast<const uint4*>(qr)), x2[i] = __ldg(reinterpret_cast<const uint4*>(qr + HALF));
+            c1[i] = __ldg(reinterpret_cast<const uint4*>(cr)), c2[i] = __ldg(reinterpret_cast<const uint4*>(cr + HALF));
+            s1[i] = __ldg(reinterpret_cast<const uint4*>(sr)), s2[i] = __ldg(reinterpret_cast<const uint4*>(sr + HALF));
         }
-        *reinterpret_cast<uint4*>(__cvta_shared_to_generic(tile + tile_offset(BM, row, col))) = lo;
-        *reinterpret_cast<uint4*>(__cvta_shared_to_generic(tile + tile_offset(BM, row, col + HALF))) = hi;
+    }
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+        const int c = tid + i * THREADS, row = c / PAIRS, col = (c % PAIRS) * 8;
+        uint4 lo, hi;
+        const bf16 *a = reinterpret_cast<const bf16*>(&x1[i]), *b = reinterpret_cast<const bf16*>(&x2[i]);
+        const bf16 *ca = reinterpret_cast<const bf16*>(&c1[i]), *cb = reinterpret_cast<const bf16*>(&c2[i]);
+        const bf16 *sa = reinterpret_cast<const bf16*>(&s1[i]), *sb = reinterpret_cast<const bf16*>(&s2[i]);
+        bf16 *ol = reinterpret_cast<bf16*>(&lo), *oh = reinterpret_cast<bf16*>(&hi);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            const float x = __bfloat162float(a[e]), y = __bfloat162float(b[e]);
+            ol[e] = __float2bfloat16(as_bf16(x * __bfloat162float(ca[e])) + as_bf16(-y * __bfloat162float(sa[e])));
+            oh[e] = __float2bfloat16(as_bf16(y * __bfloat162float(cb[e])) + as_bf16(x * __bfloat162float(sb[e])));
+        }
+        store_shared(tile + tile_offset(BM, row, col), lo);
+        store_shared(tile + tile_offset(BM, row, col + HALF), hi);
     }
 }
 
@@ -580,7 +598,7 @@ __global__ void __launch_bounds__(THREADS, 1) causal_attention_kernel(
         asm volatile("cp.async.commit_group;\n" ::);
     };
 
-    load_query<D>(q_s, qp, qt, q0, tokens, cp, sp, table_t, tid);
+    if (cp == nullptr) load_async<D, BM>(q_s, qp, qt, q0, tokens, tid);
     load_async<D, BN>(k_s, kp, kt, 0, tokens, tid);
     asm volatile("cp.async.commit_group;\n" ::);
 
@@ -591,6 +609,7 @@ __global__ void __launch_bounds__(THREADS, 1) causal_attention_kernel(
     // the second does; the loads run STAGES - 1 steps ahead (group j + STAGES - 1: K_{j+STAGES-1}, V_{j+STAGES-2}),
     // into the buffers their last readers (S_{j-1}, P_{j-2} V_{j-2}) left before the barrier that ended step j - 1.
     for (int g = 1; g < S_; ++g) load_group(g);
+    if (cp != nullptr) load_query_rotated<D>(q_s, qp, qt, q0, tokens, cp, sp, table_t, tid);  // while those load
     cp_async_wait<S_ - 1>();  // Q and K_0 are in
     proxy_fence();
     __syncthreads();
@@ -605,9 +624,9 @@ __global__ void __launch_bounds__(THREADS, 1) causal_attention_kernel(
     // would be an instruction writing a pending MMA's operand, and the compiler would serialize the MMAs)
     auto step = [&](int j, uint32_t(&now)[BN / 16][4], uint32_t(&then)[BN / 16][4]) {
         const int k0 = j * BN;
-        load_group(j + S_ - 1);
         issue_scores<D, BN>(s, q_wg, k_buf(j));
         issue_values<D, BN>(o, now, v_buf(j - 1));
+        load_group(j + S_ - 1);  // after the MMAs are issued: the tensor cores start as the barrier ends
         wgmma_wait<1>();  // S_j is in (the groups complete in order); P_{j-1} V_{j-1} may still run
         hold<BN / 2>(s);
         softmax<BN>(s, then, m, l, alpha, k0, row_a, k0 + BN - 1 > wg_first || k0 + BN > tokens, tokens, lane,
@@ -644,18 +663,30 @@ __global__ void __launch_bounds__(THREADS, 1) causal_attention_kernel(
         l[r] += __shfl_xor_sync(0xffffffff, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffff, l[r], 2);
     }
+    // O out through this warpgroup's rows of the query tile (free since its last S = Q K^T): each thread's pairs
+    // into the tile, then whole rows by 16-byte stores (the tile's swizzle keeps both sides free of bank conflicts)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const int row = row_a + r * 8;
-        if (row >= tokens) continue;
-        const float inv = 1.f / l[r];
-        bf16* op = out + (((int64_t)b * tokens + row) * heads + h) * D;
+        const float inv = 1.f / l[r];  // a row past the last token: never stored
+        const int row = row_a - q0 + r * 8;
 #pragma unroll
         for (int t = 0; t < D / 8; ++t) {
-            const int col = t * 8 + 2 * (lane % 4);
-            *reinterpret_cast<__nv_bfloat162*>(op + col) =
-                __floats2bfloat162_rn(o[4 * t + r * 2] * inv, o[4 * t + r * 2 + 1] * inv);
+            const __nv_bfloat162 pair = __floats2bfloat162_rn(o[4 * t + r * 2] * inv, o[4 * t + r * 2 + 1] * inv);
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(q_s + tile_offset(BM, row, t * 8 + 2 * (lane % 4))),
+                         "r"(*reinterpret_cast<const uint32_t*>(&pair)));
         }
+    }
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");  // this warpgroup's rows are in the tile
+    constexpr int CHUNKS = D / 8;
+#pragma unroll
+    for (int i = 0; i < 64 * CHUNKS / 128; ++i) {
+        const int c = tid % 128 + i * 128, row = wg * 64 + c / CHUNKS, col = (c % CHUNKS) * 8;
+        if (q0 + row >= tokens) continue;
+        uint4 v;
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "r"(q_s + tile_offset(BM, row, col)));
+        *reinterpret_cast<uint4*>(out + (((int64_t)b * tokens + q0 + row) * heads + h) * D + col) = v;
     }
 }
 
