@@ -276,10 +276,55 @@ __global__ void rotary_kernel(const bf16* __restrict__ src, bf16* __restrict__ d
     }
 }
 
+// the same, 8 pairs a thread by 16-byte loads and stores (D / 16 threads a row): where every row and table row is
+// 16-byte aligned. Each product rounded by the packed bf16 multiply (a product of two bf16 values is exact in fp32:
+// one rounding, as above), the sum in fp32
+__global__ void rotary_kernel_vec(const bf16* __restrict__ src, bf16* __restrict__ dst, const bf16* __restrict__ cos,
+                                  const bf16* __restrict__ sin, int64_t rows, int64_t tokens, int64_t heads,
+                                  int64_t dim, int64_t batch_stride, int64_t token_stride, int repeats) {
+    using bf162 = __nv_bfloat162;
+    const int64_t per_row = dim / 16, idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, row = idx / per_row;
+    if (row >= rows) return;
+    const int64_t i = (idx % per_row) * 8, half = dim / 2;
+    const int64_t h = row % heads, t = (row / heads) % tokens, b = row / (heads * tokens);
+    const bf16* q = src + row * dim;
+    const bf16* c = cos + b * batch_stride + t * token_stride;
+    const bf16* sn = sin + b * batch_stride + t * token_stride;
+    const uint4 x1 = *reinterpret_cast<const uint4*>(q + i), x2 = *reinterpret_cast<const uint4*>(q + i + half);
+    const uint4 c1 = *reinterpret_cast<const uint4*>(c + i), c2 = *reinterpret_cast<const uint4*>(c + i + half);
+    const uint4 s1 = *reinterpret_cast<const uint4*>(sn + i), s2 = *reinterpret_cast<const uint4*>(sn + i + half);
+    uint4 lo, hi;
+    const bf162 *a = reinterpret_cast<const bf162*>(&x1), *bb = reinterpret_cast<const bf162*>(&x2);
+    const bf162 *ca = reinterpret_cast<const bf162*>(&c1), *cb = reinterpret_cast<const bf162*>(&c2);
+    const bf162 *sa = reinterpret_cast<const bf162*>(&s1), *sb = reinterpret_cast<const bf162*>(&s2);
+    bf162 *ol = reinterpret_cast<bf162*>(&lo), *oh = reinterpret_cast<bf162*>(&hi);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const float2 xc = __bfloat1622float2(__hmul2(a[e], ca[e])), ys = __bfloat1622float2(__hmul2(bb[e], sa[e]));
+        const float2 yc = __bfloat1622float2(__hmul2(bb[e], cb[e])), xs = __bfloat1622float2(__hmul2(a[e], sb[e]));
+        ol[e] = __floats2bfloat162_rn(xc.x - ys.x, xc.y - ys.y);
+        oh[e] = __floats2bfloat162_rn(yc.x + xs.x, yc.y + xs.y);
+    }
+    for (int r = 0; r < (repeats == 0 ? 1 : repeats); ++r) {
+        bf16* out = repeats == 0 ? dst + row * dim : dst + (((b * heads + h) * repeats + r) * tokens + t) * dim;
+        *reinterpret_cast<uint4*>(out + i) = lo;
+        *reinterpret_cast<uint4*>(out + i + half) = hi;
+    }
+}
+
 extern "C" cudaError_t rotary_launch(const void* src, void* dst, const void* cos, const void* sin, int64_t batch,
                                      int64_t tokens, int64_t heads, int64_t dim, int64_t batch_stride,
                                      int64_t token_stride, int repeats, cudaStream_t s) {
     const int64_t rows = batch * tokens * heads;
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (rows > 0 && dim % 16 == 0 && batch_stride % 8 == 0 && token_stride % 8 == 0 && aligned(src) && aligned(dst) &&
+        aligned(cos) && aligned(sin)) {
+        const int64_t threads = rows * (dim / 16);
+        rotary_kernel_vec<<<(unsigned)((threads + 255) / 256), 256, 0, s>>>(
+            (const bf16*)src, (bf16*)dst, (const bf16*)cos, (const bf16*)sin, rows, tokens, heads, dim, batch_stride,
+            token_stride, repeats);
+        return cudaGetLastError();
+    }
     const dim3 block(32, 8);
     if (rows > 0)
         rotary_kernel<<<(unsigned)((rows + 7) / 8), block, 0, s>>>((const bf16*)src, (bf16*)dst, (const bf16*)cos,
@@ -385,8 +430,6 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
     return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-__device__ __forceinline__ float as_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
-
 // rows [r0, r0 + ROWS) of a [T, D] matrix (row stride `stride`) into `tile` by cp.async; rows past `tokens` zero.
 // Thread tid copies the 16-byte chunks tid + i * THREADS: one column, rows THREADS / (D / 8) apart (a multiple of
 // 8, so every chunk of the thread has the same swizzle): the addresses one add each, no branch but at the last block
@@ -438,15 +481,19 @@ __device__ __forceinline__ void load_query_rotated(uint32_t tile, const bf16* q,
     for (int i = 0; i < PER; ++i) {
         const int c = tid + i * THREADS, row = c / PAIRS, col = (c % PAIRS) * 8;
         uint4 lo, hi;
-        const bf16 *a = reinterpret_cast<const bf16*>(&x1[i]), *b = reinterpret_cast<const bf16*>(&x2[i]);
-        const bf16 *ca = reinterpret_cast<const bf16*>(&c1[i]), *cb = reinterpret_cast<const bf16*>(&c2[i]);
-        const bf16 *sa = reinterpret_cast<const bf16*>(&s1[i]), *sb = reinterpret_cast<const bf16*>(&s2[i]);
-        bf16 *ol = reinterpret_cast<bf16*>(&lo), *oh = reinterpret_cast<bf16*>(&hi);
+        using bf162 = __nv_bfloat162;
+        const bf162 *a = reinterpret_cast<const bf162*>(&x1[i]), *b = reinterpret_cast<const bf162*>(&x2[i]);
+        const bf162 *ca = reinterpret_cast<const bf162*>(&c1[i]), *cb = reinterpret_cast<const bf162*>(&c2[i]);
+        const bf162 *sa = reinterpret_cast<const bf162*>(&s1[i]), *sb = reinterpret_cast<const bf162*>(&s2[i]);
+        bf162 *ol = reinterpret_cast<bf162*>(&lo), *oh = reinterpret_cast<bf162*>(&hi);
+        // each product rounded to bf16 (a product of two bf16 values is exact in fp32, so the packed multiply
+        // rounds it as the model's fp32 multiply and cast do), the sum in fp32 and rounded
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            const float x = __bfloat162float(a[e]), y = __bfloat162float(b[e]);
-            ol[e] = __float2bfloat16(as_bf16(x * __bfloat162float(ca[e])) + as_bf16(-y * __bfloat162float(sa[e])));
-            oh[e] = __float2bfloat16(as_bf16(y * __bfloat162float(cb[e])) + as_bf16(x * __bfloat162float(sb[e])));
+        for (int e = 0; e < 4; ++e) {
+            const float2 xc = __bfloat1622float2(__hmul2(a[e], ca[e])), ys = __bfloat1622float2(__hmul2(b[e], sa[e]));
+            const float2 yc = __bfloat1622float2(__hmul2(b[e], cb[e])), xs = __bfloat1622float2(__hmul2(a[e], sb[e]));
+            ol[e] = __floats2bfloat162_rn(xc.x - ys.x, xc.y - ys.y);
+            oh[e] = __floats2bfloat162_rn(yc.x + xs.x, yc.y + xs.y);
         }
         store_shared(tile + tile_offset(BM, row, col), lo);
         store_shared(tile + tile_offset(BM, row, col + HALF), hi);
@@ -752,9 +799,10 @@ def _wgmma(n: int, a_in_registers: bool) -> str:
     )
 
 
-def attention_cu(block_n: int = 64, stages: int = 3) -> str:
-    """The attention kernel's source, taking `block_n` keys a step (64 or 128), with `stages` buffers of K and V at
-    64 keys (2 or 3)."""
+def attention_cu(block_n: int = 128, stages: int = 3) -> str:
+    """The attention kernel's source, taking `block_n` keys a step (64 or 128; 128 the faster on the H200, 2026-12-02:
+    0.259 against 0.268 ms on the Llama region, 0.241 against 0.257 on GPT-2's), with `stages` buffers of K and V at
+    64 keys (2 or 3; two at 128)."""
     wrappers = "".join(_wgmma(n, regs) for regs in (False, True) for n in (64, 128))
     source = ATTENTION_TEMPLATE.replace("WGMMA_WRAPPERS", wrappers).replace("ATTENTION_BN", str(block_n))
     return source.replace("ATTENTION_STAGES", str(stages))
