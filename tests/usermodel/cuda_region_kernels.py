@@ -153,6 +153,27 @@ extern "C" cudaError_t silu_mul_launch(void* out, const void* gate, const void* 
 }
 """
 
+# Eight rotary pairs from 16-byte chunks: x1 the first half's values, x2 the second's (columns i and i + D/2), with
+# their cos and sin; each product rounded to bf16 by the packed multiply (a product of two bf16 values is exact in
+# fp32, so one rounding, as the model's fp32 multiply and cast), the sum in fp32 and rounded. Named per source
+# (torch's load_inline joins the sources into one unit).
+_ROTATE_EIGHT = r"""__device__ __forceinline__ void NAME(const uint4& x1, const uint4& x2, const uint4& c1,
+                                     const uint4& c2, const uint4& s1, const uint4& s2, uint4& lo, uint4& hi) {
+    using bf162 = __nv_bfloat162;
+    const bf162 *a = reinterpret_cast<const bf162*>(&x1), *b = reinterpret_cast<const bf162*>(&x2);
+    const bf162 *ca = reinterpret_cast<const bf162*>(&c1), *cb = reinterpret_cast<const bf162*>(&c2);
+    const bf162 *sa = reinterpret_cast<const bf162*>(&s1), *sb = reinterpret_cast<const bf162*>(&s2);
+    bf162 *ol = reinterpret_cast<bf162*>(&lo), *oh = reinterpret_cast<bf162*>(&hi);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const float2 xc = __bfloat1622float2(__hmul2(a[e], ca[e])), ys = __bfloat1622float2(__hmul2(b[e], sa[e]));
+        const float2 yc = __bfloat1622float2(__hmul2(b[e], cb[e])), xs = __bfloat1622float2(__hmul2(a[e], sb[e]));
+        ol[e] = __floats2bfloat162_rn(xc.x - ys.x, xc.y - ys.y);
+        oh[e] = __floats2bfloat162_rn(yc.x + xs.x, yc.y + xs.y);
+    }
+}
+"""
+
 NORM_ROTARY_CU = r"""// RMSNorm with its residual add, and the rotary projection, bf16 in and out, rounded as the model
 // rounds.
 //
@@ -277,12 +298,11 @@ __global__ void rotary_kernel(const bf16* __restrict__ src, bf16* __restrict__ d
 }
 
 // the same, 8 pairs a thread by 16-byte loads and stores (D / 16 threads a row): where every row and table row is
-// 16-byte aligned. Each product rounded by the packed bf16 multiply (a product of two bf16 values is exact in fp32:
-// one rounding, as above), the sum in fp32
+// 16-byte aligned
+ROTATE_EIGHT
 __global__ void rotary_kernel_vec(const bf16* __restrict__ src, bf16* __restrict__ dst, const bf16* __restrict__ cos,
                                   const bf16* __restrict__ sin, int64_t rows, int64_t tokens, int64_t heads,
                                   int64_t dim, int64_t batch_stride, int64_t token_stride, int repeats) {
-    using bf162 = __nv_bfloat162;
     const int64_t per_row = dim / 16, idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, row = idx / per_row;
     if (row >= rows) return;
     const int64_t i = (idx % per_row) * 8, half = dim / 2;
@@ -294,17 +314,7 @@ __global__ void rotary_kernel_vec(const bf16* __restrict__ src, bf16* __restrict
     const uint4 c1 = *reinterpret_cast<const uint4*>(c + i), c2 = *reinterpret_cast<const uint4*>(c + i + half);
     const uint4 s1 = *reinterpret_cast<const uint4*>(sn + i), s2 = *reinterpret_cast<const uint4*>(sn + i + half);
     uint4 lo, hi;
-    const bf162 *a = reinterpret_cast<const bf162*>(&x1), *bb = reinterpret_cast<const bf162*>(&x2);
-    const bf162 *ca = reinterpret_cast<const bf162*>(&c1), *cb = reinterpret_cast<const bf162*>(&c2);
-    const bf162 *sa = reinterpret_cast<const bf162*>(&s1), *sb = reinterpret_cast<const bf162*>(&s2);
-    bf162 *ol = reinterpret_cast<bf162*>(&lo), *oh = reinterpret_cast<bf162*>(&hi);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-        const float2 xc = __bfloat1622float2(__hmul2(a[e], ca[e])), ys = __bfloat1622float2(__hmul2(bb[e], sa[e]));
-        const float2 yc = __bfloat1622float2(__hmul2(bb[e], cb[e])), xs = __bfloat1622float2(__hmul2(a[e], sb[e]));
-        ol[e] = __floats2bfloat162_rn(xc.x - ys.x, xc.y - ys.y);
-        oh[e] = __floats2bfloat162_rn(yc.x + xs.x, yc.y + xs.y);
-    }
+    rotate_eight(x1, x2, c1, c2, s1, s2, lo, hi);
     for (int r = 0; r < (repeats == 0 ? 1 : repeats); ++r) {
         bf16* out = repeats == 0 ? dst + row * dim : dst + (((b * heads + h) * repeats + r) * tokens + t) * dim;
         *reinterpret_cast<uint4*>(out + i) = lo;
@@ -332,7 +342,7 @@ extern "C" cudaError_t rotary_launch(const void* src, void* dst, const void* cos
                                                                    batch_stride, token_stride, repeats);
     return cudaGetLastError();
 }
-"""
+""".replace("ROTATE_EIGHT", _ROTATE_EIGHT.replace("NAME", "rotate_eight"))
 
 ATTENTION_TEMPLATE = r"""// Causal attention on Hopper's warpgroup tensor cores (wgmma), bf16 in and out, fp32 softmax
 // and accumulation.
@@ -456,6 +466,7 @@ __device__ __forceinline__ void load_async(uint32_t tile, const bf16* base, int6
     }
 }
 
+ROTATE_EIGHT
 // the query tile with the rotary embedding (cos, sin: [T, D] rows of this batch), by plain loads: every load of the
 // thread issued before the first value is used (one memory latency for the tile), then rotated into the tile
 template <int D>
@@ -481,20 +492,7 @@ __device__ __forceinline__ void load_query_rotated(uint32_t tile, const bf16* q,
     for (int i = 0; i < PER; ++i) {
         const int c = tid + i * THREADS, row = c / PAIRS, col = (c % PAIRS) * 8;
         uint4 lo, hi;
-        using bf162 = __nv_bfloat162;
-        const bf162 *a = reinterpret_cast<const bf162*>(&x1[i]), *b = reinterpret_cast<const bf162*>(&x2[i]);
-        const bf162 *ca = reinterpret_cast<const bf162*>(&c1[i]), *cb = reinterpret_cast<const bf162*>(&c2[i]);
-        const bf162 *sa = reinterpret_cast<const bf162*>(&s1[i]), *sb = reinterpret_cast<const bf162*>(&s2[i]);
-        bf162 *ol = reinterpret_cast<bf162*>(&lo), *oh = reinterpret_cast<bf162*>(&hi);
-        // each product rounded to bf16 (a product of two bf16 values is exact in fp32, so the packed multiply
-        // rounds it as the model's fp32 multiply and cast do), the sum in fp32 and rounded
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const float2 xc = __bfloat1622float2(__hmul2(a[e], ca[e])), ys = __bfloat1622float2(__hmul2(b[e], sa[e]));
-            const float2 yc = __bfloat1622float2(__hmul2(b[e], cb[e])), xs = __bfloat1622float2(__hmul2(a[e], sb[e]));
-            ol[e] = __floats2bfloat162_rn(xc.x - ys.x, xc.y - ys.y);
-            oh[e] = __floats2bfloat162_rn(yc.x + xs.x, yc.y + xs.y);
-        }
+        rotate_query_eight(x1[i], x2[i], c1[i], c2[i], s1[i], s2[i], lo, hi);
         store_shared(tile + tile_offset(BM, row, col), lo);
         store_shared(tile + tile_offset(BM, row, col + HALF), hi);
     }
@@ -805,6 +803,7 @@ def attention_cu(block_n: int = 128, stages: int = 3) -> str:
     64 keys (2 or 3; two at 128)."""
     wrappers = "".join(_wgmma(n, regs) for regs in (False, True) for n in (64, 128))
     source = ATTENTION_TEMPLATE.replace("WGMMA_WRAPPERS", wrappers).replace("ATTENTION_BN", str(block_n))
+    source = source.replace("ROTATE_EIGHT", _ROTATE_EIGHT.replace("NAME", "rotate_query_eight"))
     return source.replace("ATTENTION_STAGES", str(stages))
 
 
