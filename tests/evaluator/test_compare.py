@@ -118,3 +118,24 @@ def test_the_wider_answer_keeps_non_finite_values_exact():
     assert not within_reference_error(
         e, x, torch.tensor([1.0, float("inf"), 0.0], dtype=torch.bfloat16), Tolerance()
     ).ok
+
+
+def test_the_answer_widens_the_plain_rule_and_never_narrows_it():
+    """Where the reference lands far from the answer (a stressed causal attention whose rounded logits pick another
+    key: H200, the Llama region's stress trial, reference 10.125 against the answer 0.1245), a candidate one bf16 step
+    from the reference there, and closer to the answer than the reference elsewhere, passes; the rule at the answer's
+    magnitude alone failed it, while the plain rule passes that element."""
+    from cudagent.evaluator.compare import within_reference_error
+    from cudagent.evaluator.exact import judged
+
+    answer = torch.tensor([0.124505, 1.0, -2.0, 3.0])
+    reference = torch.tensor([10.125, 1.25, -2.25, 3.0], dtype=torch.bfloat16)  # beyond tolerance but at the last
+    candidate = torch.tensor([10.1875, 1.0, -2.0, 3.0], dtype=torch.bfloat16)  # one step off, then the answer
+    assert not compare(reference, candidate, Tolerance()).ok  # the plain rule fails it (the answer is asked for)
+    verdict = judged(reference, candidate, Tolerance(), lambda: answer)
+    assert verdict.ok, [v.message for v in verdict.violations]
+    # From the other side: farther from the reference than the plain rule allows and farther from the answer than the
+    # reference is, it fails as before, and so does a candidate wrong where the reference is right
+    for wrong in ([10.5, 1.0, -2.0, 3.0], [10.125, 1.0, -2.0, 3.5]):
+        verdict = within_reference_error(reference, answer, torch.tensor(wrong, dtype=torch.bfloat16), Tolerance())
+        assert [v.code for v in verdict.violations] == ["OUTPUT_MISMATCH"], wrong
