@@ -9,6 +9,7 @@ dense product's 2*N*N*M); they appear only in the achieved rates and the bound a
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass
 
 from cudagent.trees import nbytes
@@ -40,15 +41,40 @@ class TaskCost:
 
 
 def task_cost(model, inputs: list, output) -> TaskCost:
-    """Bytes and FLOPs of one forward call of the reference (counted by running it under FlopCounterMode)."""
+    """Bytes and FLOPs of one forward call of the reference (counted by running it under a FLOP-counting mode)."""
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
     total = nbytes(inputs) + nbytes(output) + nbytes(list(model.parameters())) + nbytes(list(model.buffers()))
-    counter = FlopCounterMode(display=False)
-    with torch.no_grad(), counter:
+    with torch.no_grad(), _flop_sum_mode()() as counter:
         model(*inputs)
-    return TaskCost(bytes=int(total), flops=int(counter.get_total_flops()))
+    return TaskCost(bytes=int(total), flops=int(counter.total))
+
+
+@functools.cache
+def _flop_sum_mode():
+    """The class of a dispatch mode that sums torch's own FLOP formulas (torch.utils.flop_counter's registry, the ones
+    FlopCounterMode uses) over the operators a call runs. FlopCounterMode itself also tracks modules, and its mode's
+    first call imports torch._dynamo (~2 CPU-s in every evaluator's parent, which compiles nothing); this one asks
+    dynamo to leave its frames alone instead, which the parent never compiles."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+
+    class FlopSum(TorchDispatchMode):
+        total = 0
+
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            formula = flop_registry.get(func._overloadpacket)
+            if formula is not None:
+                self.total += formula(*args, **kwargs, out_val=out)
+            return out
+
+    return FlopSum
 
 
 def floor_ms(cost: TaskCost, peaks: Peaks) -> float:
