@@ -6,7 +6,8 @@ softmax in fp32) then misses the reference by more than the tolerance while bein
 half-precision output misses, the parent runs the reference once more with its half-precision parameters, buffers and
 inputs carried in fp32 (TF32 off), and judges the candidate against that answer: an element passes when it is no
 farther from it than the reference is, plus the dtype's tolerance, or where the plain rule passes it
-(compare.within_reference_error). The candidate reaches neither run; a model that cannot run in fp32 (it casts or builds half tensors itself) keeps the plain verdict.
+(compare.within_reference_error). The candidate reaches neither run; a model that cannot run in fp32 (it casts or
+builds half tensors itself) keeps the plain verdict.
 """
 
 from __future__ import annotations

@@ -54,8 +54,8 @@ def task_cost(model, inputs: list, output) -> TaskCost:
 def _flop_sum_mode():
     """The class of a dispatch mode that sums torch's own FLOP formulas (torch.utils.flop_counter's registry, the ones
     FlopCounterMode uses) over the operators a call runs. FlopCounterMode itself also tracks modules, and its mode's
-    first call imports torch._dynamo (~2 CPU-s in every evaluator's parent, which compiles nothing); this one asks
-    dynamo to leave its frames alone instead, which the parent never compiles."""
+    first call imports torch._dynamo to keep dynamo out of the mode's frames (~2 CPU-s in every evaluator's parent,
+    which compiles nothing); this one tells dynamo there is nothing to skip, and imports nothing."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import flop_registry
 
