@@ -1,9 +1,9 @@
 """The scripted attention kernel alone: timed beside PyTorch's own attention on issue 47's shapes, or one launch of
 each shape for Nsight Compute.
 
-    python benchmarks/attention_profile.py --time [--variant s3]       # medians of CUDA-event timings, one process
+    python benchmarks/attention_profile.py --time [--variant bn128]       # medians of CUDA-event timings, one process
     ncu --clock-control none --kernel-name regex:causal_attention_kernel --launch-skip 2 --launch-count 2 \
-        --section SpeedOfLight --section WarpStateStats ... python benchmarks/attention_profile.py [--variant s3]
+        --section SpeedOfLight --section WarpStateStats ... python benchmarks/attention_profile.py [--variant bn128]
 
 Issue 47's shapes: Llama's attention region (q [16, 1024, 2048], k and v [16, 1024, 512], rotary tables) and GPT-2's
 (q, k, v [32, 12, 1024, 64]); each op called three times (the first two are skipped by the command above). `--time`
@@ -57,7 +57,7 @@ def main() -> None:
     import torch.nn.functional as F
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--variant", default="s3")
+    parser.add_argument("--variant", default="bn128")
     parser.add_argument("--build", default="/tmp/attention-putback")
     parser.add_argument("--time", action="store_true")
     a = parser.parse_args()

@@ -32,8 +32,40 @@ from compiled_profile import kernel_profile
 REPO = Path(__file__).resolve().parents[1]
 
 
-# a variant: (keys a step, K/V buffers at 64 keys, whether tiles get the proxy fence before the tensor cores read them)
-VARIANTS = {"s3": (64, 3, True), "s2": (64, 2, True), "bn128": (128, 2, True), "s3_nofence": (64, 3, False)}
+# a variant: attention_cu's arguments (keys a step, K/V buffers at 64 keys), and whether tiles get the proxy fence before
+# the tensor cores read them
+VARIANTS = {
+    "s3": ({"block_n": 64, "stages": 3}, True),
+    "s2": ({"block_n": 64, "stages": 2}, True),
+    "bn128": ({"block_n": 128}, True),
+    "s3_nofence": ({"block_n": 64, "stages": 3}, False),
+}
+# `head_<variant>`: the kernel as committed at git's HEAD, with that commit's arguments for <variant> (a change's A/B in
+# one process; ATTENTION_HEAD_FILE: that file's text instead of git's); HEAD_VARIANTS: its arguments for each
+HEAD_VARIANTS = {"bn128": {"block_n": 128}, "s3": {"block_n": 64, "stages": 3}}
+
+
+def attention_source(variant: str) -> tuple[str, bool]:
+    """The attention kernel's source for `variant`, and whether its tiles get the proxy fence."""
+    import subprocess
+
+    from tests.usermodel.cuda_region_kernels import attention_cu
+
+    if not variant.startswith("head_"):
+        arguments, fence = VARIANTS[variant]
+        return attention_cu(**arguments), fence
+    import os
+
+    if os.environ.get("ATTENTION_HEAD_FILE"):  # where the copy's git is not the checkout's (the device's copy)
+        committed = Path(os.environ["ATTENTION_HEAD_FILE"]).read_text()
+    else:
+        committed = subprocess.run(
+            ["git", "show", "HEAD:tests/usermodel/cuda_region_kernels.py"], cwd=REPO, capture_output=True, text=True,
+            check=True,
+        ).stdout
+    module: dict = {"__name__": "cuda_region_kernels_head"}
+    exec(compile(committed, "cuda_region_kernels@HEAD", "exec"), module)
+    return module["attention_cu"](**HEAD_VARIANTS[variant.removeprefix("head_")]), True
 
 
 def build(variant: str, folder: Path) -> str:
@@ -45,10 +77,9 @@ def build(variant: str, folder: Path) -> str:
 
     sys.path.insert(0, str(REPO))
     from cudagent.device.info import gencode, nvcc_arch
-    from tests.usermodel.cuda_region_kernels import BINDING_CPP, LT_CPP, NORM_ROTARY_CU, SWIGLU_CU, attention_cu
+    from tests.usermodel.cuda_region_kernels import BINDING_CPP, LT_CPP, NORM_ROTARY_CU, SWIGLU_CU
 
-    block_n, stages, fence = VARIANTS[variant]
-    source = attention_cu(block_n, stages)
+    source, fence = attention_source(variant)
     if not fence:
         fence_text = 'asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");'
         assert source.count(fence_text) == 1, "the kernel's proxy fence is not where this variant expects it"
@@ -178,7 +209,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", choices=sorted(MODELS), required=True)
-    parser.add_argument("--variants", default="s3,bn128", help=f"of {', '.join(VARIANTS)}")
+    parser.add_argument("--variants", default="s3,bn128", help=f"of {', '.join(VARIANTS)}, and head_<one of those>")
     parser.add_argument("--put-back", default=None, help="the variants put back into the model (default: all)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--build", default="/tmp/attention-putback")
