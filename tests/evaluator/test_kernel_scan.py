@@ -48,6 +48,7 @@ RULES = {
     "void (*leave)(int) = &std::exit;": "KERNEL_PROCESS",
     "auto leave = exit; leave(0);": "KERNEL_PROCESS",
     "call_later(::quick_exit, 0);": "KERNEL_PROCESS",
+    'cudaGetDriverEntryPoint("cuStreamCreate", &f, cudaEnableDefault, nullptr);': "KERNEL_PROCESS",
     'FILE* f = fopen("x", "r");': "KERNEL_FILE_IO",
     'const char* v = getenv("HOME");': "KERNEL_ENV",
     "cudaEventRecord(e);": "KERNEL_TIMING",

@@ -98,9 +98,10 @@ _RULES: list[tuple[str, re.Pattern, str]] = [
         "KERNEL_PROCESS",
         re.compile(
             r"\b(system|popen|fork|vfork|execv|execvp|execve|execl|execlp|execle|posix_spawnp?|"
-            r"dlopen|dlsym|kill|exit|_exit|_Exit|quick_exit)\s*\("
+            r"dlopen|dlsym|kill|exit|_exit|_Exit|quick_exit|cudaGetDriverEntryPoint\w*|cudaGetExportTable|"
+            r"cuGetProcAddress\w*)\s*\("
         ),
-        "processes, exiting and dynamic loading are not allowed",
+        "processes, exiting and dynamic loading (dlsym, the CUDA driver's entry points) are not allowed",
     ),
     (  # exit named without a call (a pointer to it): on CUDA builds only this scan can see it, since link_audit.py
         # allows exit there (nvcc's host-side stand-in for every non-inline __device__ function calls it)

@@ -136,6 +136,9 @@ _CUDA_DENIED: list[tuple[re.Pattern, str]] = [
     # cudaEvent* is not here: c10's CUDA guard implementation (used by every CUDAGuard) references the event API,
     # so every CUDA extension links against it; the source scan and the clock checks judge events instead.
     (re.compile(r"^cuda(?:Graph|Profiler|StreamBeginCapture)"), "KERNEL_TIMING"),
+    # the driver's functions by name, any of them (cuStreamCreate, cuCtxResetPersistingL2Cache, ...): what dlsym is
+    # to a library, these are to the driver, and every denial above would stand open behind them
+    (re.compile(r"^cuda(?:GetDriverEntryPoint|GetExportTable)"), "KERNEL_PROCESS"),
     (
         re.compile(
             r"^cuda(?:Ipc|DeviceReset|SetDevice(?:Flags)?$|DeviceSet|CtxResetPersistingL2Cache|SetValidDevices)"
@@ -168,7 +171,7 @@ _C_DENIED: list[tuple[re.Pattern, str]] = [
         re.compile(
             r"^(?:system|popen|v?fork|exec[lv]p?e?|execvpe|posix_spawnp?|dl(?:open|sym|mopen|vsym)|kill|"
             r"exit|_exit|_Exit|quick_exit|ptrace|prctl|process_vm_(?:readv|writev)|syscall|signal|sigaction|"
-            r"raise|setuid|setgid|chdir|socket|connect)$"
+            r"raise|setuid|setgid|chdir|socket|connect|cuGetProcAddress(?:_v2)?)$"
         ),
         "KERNEL_PROCESS",
     ),
@@ -187,7 +190,8 @@ _ADVICE = {
     "KERNEL_THREAD": "threads are not allowed; parallelize inside kernels (OpenMP pragmas are fine on the CPU)",
     "KERNEL_FILE_IO": "files may not be read or written",
     "KERNEL_ENV": "environment variables may not be read or changed",
-    "KERNEL_PROCESS": "processes, signals, exiting and dynamic loading are not allowed",
+    "KERNEL_PROCESS": "processes, signals, exiting and dynamic loading (dlsym, the CUDA driver's entry points) are not "
+    "allowed",
     "KERNEL_TIMING": "the extension may not read timers, record events or capture graphs",
     "KERNEL_STREAM": "launch every kernel on the caller's stream: c10::cuda::getCurrentCUDAStream()",
     "KERNEL_DEVICE_STATE": "the device's state may not be reset or reconfigured, and other processes' memory may "
@@ -241,6 +245,8 @@ def judge_symbol(symbol: str) -> tuple[str, str] | None:
     (True, True)
     >>> judge_symbol("std::thread::detach()")[0], judge_symbol("cudaStreamCreate")[0], judge_symbol("getenv")[0]
     ('KERNEL_THREAD', 'KERNEL_STREAM', 'KERNEL_ENV')
+    >>> judge_symbol("cudaGetDriverEntryPoint")[0], judge_symbol("cudaGetDriverEntryPointByVersion")[0]
+    ('KERNEL_PROCESS', 'KERNEL_PROCESS')
     """
     special = _SPECIAL.match(symbol)
     if special:
