@@ -32,16 +32,13 @@ from compiled_profile import kernel_profile
 REPO = Path(__file__).resolve().parents[1]
 
 
-# a variant: attention_cu's arguments (keys a step, K/V buffers at 64 keys, warpgroups a block), and whether tiles get the proxy fence before
+# a variant: attention_cu's arguments (keys a step, K/V buffers at 64 keys), and whether tiles get the proxy fence before
 # the tensor cores read them
 VARIANTS = {
     "s3": ({"block_n": 64, "stages": 3}, True),
     "s2": ({"block_n": 64, "stages": 2}, True),
     "bn128": ({"block_n": 128}, True),
     "s3_nofence": ({"block_n": 64, "stages": 3}, False),
-    "wg1_s3": ({"block_n": 64, "stages": 3, "warpgroups": 1}, True),
-    "wg1_s2": ({"block_n": 64, "stages": 2, "warpgroups": 1}, True),
-    "wg1_bn128": ({"block_n": 128, "warpgroups": 1}, True),
 }
 # `head_<variant>`: the kernel as committed at git's HEAD, with that commit's arguments for <variant> (a change's A/B in
 # one process; ATTENTION_HEAD_FILE: that file's text instead of git's); HEAD_VARIANTS: its arguments for each

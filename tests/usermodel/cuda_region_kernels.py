@@ -347,8 +347,7 @@ extern "C" cudaError_t rotary_launch(const void* src, void* dst, const void* cos
 ATTENTION_TEMPLATE = r"""// Causal attention on Hopper's warpgroup tensor cores (wgmma), bf16 in and out, fp32 softmax
 // and accumulation.
 //
-// A block takes 64 query rows of one (batch, head) a warpgroup (WARPGROUPS of them: two blocks of one fit an SM beside
-// each other, so that one block's loads, first block and output overlap the other's MMAs); it walks the key blocks up to
+// A block takes 128 query rows of one (batch, head), two warpgroups of 64 rows each; it walks the key blocks up to
 // the diagonal only (the mask is causal: the blocks above it are never read), S = Q K^T with Q and K from shared
 // memory, the softmax online in registers, then O += P V with P from registers and V from shared memory: both
 // products as warpgroup MMAs (m64nNk16) issued by each warpgroup for its rows. K and V load (cp.async) two key
@@ -366,7 +365,7 @@ ATTENTION_TEMPLATE = r"""// Causal attention on Hopper's warpgroup tensor cores 
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int WARPGROUPS = ATTENTION_WARPGROUPS, BM = 64 * WARPGROUPS, THREADS = 128 * WARPGROUPS;
+constexpr int BM = 128, THREADS = 256;
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -601,7 +600,7 @@ __device__ __forceinline__ void softmax(const float (&s)[BN / 2], uint32_t (&p)[
 }
 
 template <int D, int BN>
-__global__ void __launch_bounds__(THREADS, 2 / WARPGROUPS) causal_attention_kernel(
+__global__ void __launch_bounds__(THREADS, 1) causal_attention_kernel(
     const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v, bf16* __restrict__ out,
     int heads, int group, int tokens, int64_t qb, int64_t qh, int64_t qt, int64_t kb, int64_t kh, int64_t kt,
     int64_t vb, int64_t vh, int64_t vt, const bf16* __restrict__ cos, const bf16* __restrict__ sin,
@@ -740,17 +739,9 @@ template <int D, int BN>
 cudaError_t launch(int batch, int heads, int group, int tokens, const bf16* q, const bf16* k, const bf16* v,
                    bf16* out, const int64_t* st, const bf16* cos, const bf16* sin, int64_t table_b, int64_t table_t,
                    float scale_log2, cudaStream_t stream) {
-    // + the scratch word and the 1024-byte alignment (1008 bytes at most past a 16-byte aligned base): with one
-    // warpgroup a block, 64 keys a step and three buffers, exactly two blocks' worth of an SM's 228 KB
-    constexpr int SMEM = (BM + 2 * stages(BN) * BN) * D * 2 + 16 + 1008;
-    static const cudaError_t allowed = [] {
-        cudaError_t err =
-            cudaFuncSetAttribute(causal_attention_kernel<D, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
-        if (err == cudaSuccess)
-            err = cudaFuncSetAttribute(causal_attention_kernel<D, BN>,
-                                       cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-        return err;
-    }();
+    constexpr int SMEM = (BM + 2 * stages(BN) * BN) * D * 2 + 1024 + 16;  // + the 1024-byte alignment, the scratch
+    static const cudaError_t allowed =
+        cudaFuncSetAttribute(causal_attention_kernel<D, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
     if (allowed != cudaSuccess) return allowed;
     const dim3 grid((tokens + BM - 1) / BM, batch * heads);
     causal_attention_kernel<D, BN><<<grid, THREADS, SMEM, stream>>>(
@@ -806,14 +797,13 @@ def _wgmma(n: int, a_in_registers: bool) -> str:
     )
 
 
-def attention_cu(block_n: int = 128, stages: int = 3, warpgroups: int = 2) -> str:
+def attention_cu(block_n: int = 128, stages: int = 3) -> str:
     """The attention kernel's source, taking `block_n` keys a step (64 or 128; 128 the faster on the H200, 2026-12-02:
     0.259 against 0.268 ms on the Llama region, 0.241 against 0.257 on GPT-2's), with `stages` buffers of K and V at
-    64 keys (2 or 3; two at 128), `warpgroups` of 64 query rows a block (1: two blocks an SM, 2: one)."""
+    64 keys (2 or 3; two at 128)."""
     wrappers = "".join(_wgmma(n, regs) for regs in (False, True) for n in (64, 128))
     source = ATTENTION_TEMPLATE.replace("WGMMA_WRAPPERS", wrappers).replace("ATTENTION_BN", str(block_n))
     source = source.replace("ROTATE_EIGHT", _ROTATE_EIGHT.replace("NAME", "rotate_query_eight"))
-    source = source.replace("ATTENTION_WARPGROUPS", str(warpgroups))
     return source.replace("ATTENTION_STAGES", str(stages))
 
 
