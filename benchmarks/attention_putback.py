@@ -30,42 +30,44 @@ from alternatives import MODELS, built_model, emit  # benchmarks/ is on the path
 from compiled_profile import kernel_profile
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-# a variant: attention_cu's arguments (keys a step, K/V buffers at 64 keys), and whether tiles get the proxy fence before
-# the tensor cores read them
+# a variant: attention_cu's arguments (keys a step, K/V buffers at 64 keys), and whether tiles get the proxy fence
+# before the tensor cores read them
 VARIANTS = {
     "s3": ({"block_n": 64, "stages": 3}, True),
     "s2": ({"block_n": 64, "stages": 2}, True),
     "bn128": ({"block_n": 128}, True),
     "s3_nofence": ({"block_n": 64, "stages": 3}, False),
 }
-# `head_<variant>`: the kernel as committed at git's HEAD, with that commit's arguments for <variant> (a change's A/B in
-# one process; ATTENTION_HEAD_FILE: that file's text instead of git's); HEAD_VARIANTS: its arguments for each
-HEAD_VARIANTS = {"bn128": {"block_n": 128}, "s3": {"block_n": 64, "stages": 3}}
 
 
 def attention_source(variant: str) -> tuple[str, bool]:
-    """The attention kernel's source for `variant`, and whether its tiles get the proxy fence."""
+    """The attention kernel's source for `variant`, and whether its tiles get the proxy fence. `head_<variant>`: the
+    kernel as committed at git's HEAD, with the arguments of <variant> that its attention_cu takes (a change's A/B in
+    one process; ATTENTION_HEAD_FILE: that file's text instead of git's, where the copy's git is not the checkout's)."""
+    import inspect
+    import os
     import subprocess
 
     from tests.usermodel.cuda_region_kernels import attention_cu
 
+    arguments, fence = VARIANTS[variant.removeprefix("head_")]
     if not variant.startswith("head_"):
-        arguments, fence = VARIANTS[variant]
         return attention_cu(**arguments), fence
-    import os
-
-    if os.environ.get("ATTENTION_HEAD_FILE"):  # where the copy's git is not the checkout's (the device's copy)
+    if os.environ.get("ATTENTION_HEAD_FILE"):
         committed = Path(os.environ["ATTENTION_HEAD_FILE"]).read_text()
     else:
         committed = subprocess.run(
-            ["git", "show", "HEAD:tests/usermodel/cuda_region_kernels.py"], cwd=REPO, capture_output=True, text=True,
+            ["git", "show", "HEAD:tests/usermodel/cuda_region_kernels.py"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
             check=True,
         ).stdout
     module: dict = {"__name__": "cuda_region_kernels_head"}
     exec(compile(committed, "cuda_region_kernels@HEAD", "exec"), module)
-    return module["attention_cu"](**HEAD_VARIANTS[variant.removeprefix("head_")]), True
+    made = module["attention_cu"]
+    taken = inspect.signature(made).parameters
+    return made(**{k: v for k, v in arguments.items() if k in taken}), fence
 
 
 def build(variant: str, folder: Path) -> str:
