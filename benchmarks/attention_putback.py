@@ -30,6 +30,7 @@ from alternatives import MODELS, built_model, emit  # benchmarks/ is on the path
 from compiled_profile import kernel_profile
 
 REPO = Path(__file__).resolve().parents[1]
+
 # a variant: attention_cu's arguments (keys a step, K/V buffers at 64 keys), and whether tiles get the proxy fence
 # before the tensor cores read them
 VARIANTS = {
