@@ -49,6 +49,7 @@ RULES = {
     "auto leave = exit; leave(0);": "KERNEL_PROCESS",
     "call_later(::quick_exit, 0);": "KERNEL_PROCESS",
     'cudaGetDriverEntryPoint("cuStreamCreate", &f, cudaEnableDefault, nullptr);': "KERNEL_PROCESS",
+    "c10::cuda::DriverAPI::get()->cuCtxSetCurrent_(ctx);": "KERNEL_PROCESS",
     'FILE* f = fopen("x", "r");': "KERNEL_FILE_IO",
     'const char* v = getenv("HOME");': "KERNEL_ENV",
     "cudaEventRecord(e);": "KERNEL_TIMING",

@@ -99,7 +99,7 @@ _RULES: list[tuple[str, re.Pattern, str]] = [
         re.compile(
             r"\b(system|popen|fork|vfork|execv|execvp|execve|execl|execlp|execle|posix_spawnp?|"
             r"dlopen|dlsym|kill|exit|_exit|_Exit|quick_exit|cudaGetDriverEntryPoint\w*|cudaGetExportTable|"
-            r"cuGetProcAddress\w*)\s*\("
+            r"cuGetProcAddress\w*)\s*\(|\bDriverAPI\s*::\s*get\b"
         ),
         "processes, exiting and dynamic loading (dlsym, the CUDA driver's entry points) are not allowed",
     ),

@@ -215,6 +215,10 @@ _C10_DENIED = re.compile(
     r"PythonDispatcherTLS|PythonTorchFunctionTLS|tls_|IncludeDispatchKeyGuard|ForceDispatchKeyGuard|"
     r"_force_tls_local_dispatch_key_set)|ThreadPool|TaskThreadPool)"
 )
+# torch's own table of driver functions (c10/cuda/driver_api.h: libcuda opened and its functions found by name, among
+# them streams of green contexts, context switches, memory shared with other processes, NVML's process list): the
+# driver's entry points again, behind a C++ name
+_C10_DRIVER = re.compile(r"^c10::cuda::DriverAPI(?:::|$)")
 _AT_ALLOWED = re.compile(
     r"^at::(?:TensorBase|Tensor|internal|TensorOptions|OptionalTensorRef|TensorRef|"
     r"get_num_threads|get_thread_num|in_parallel_region|init_num_threads|globalContext|"
@@ -247,6 +251,8 @@ def judge_symbol(symbol: str) -> tuple[str, str] | None:
     ('KERNEL_THREAD', 'KERNEL_STREAM', 'KERNEL_ENV')
     >>> judge_symbol("cudaGetDriverEntryPoint")[0], judge_symbol("cudaGetDriverEntryPointByVersion")[0]
     ('KERNEL_PROCESS', 'KERNEL_PROCESS')
+    >>> judge_symbol("c10::cuda::DriverAPI::get()")[0], judge_symbol("c10::cuda::getCurrentCUDAStream(signed char)")
+    ('KERNEL_PROCESS', None)
     """
     special = _SPECIAL.match(symbol)
     if special:
@@ -286,6 +292,8 @@ def _judge_cpp(name: str) -> str | None:
     if root in ("__cxxabiv1", "__gnu_cxx", "pybind11", "caffe2"):
         return None
     if root == "c10":
+        if _C10_DRIVER.match(name):
+            return "KERNEL_PROCESS"
         return "KERNEL_DISPATCH_BYPASS" if _C10_DENIED.match(name) else None
     if root == "at":
         ops = re.match(r"^at::_ops::(\w+)::call$", name)
