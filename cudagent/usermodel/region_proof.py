@@ -163,9 +163,8 @@ def select(
         if keep_slower or ms < base * (1 - margin):
             kept.append(name)
         else:
-            dropped[name] = (
-                f"the model took {ms:.4f} ms {variant} with it put back, against {base:.4f} ms without"
-                + (f" (a gain under the {margin:.0%} a region must bring)" if ms < base else "")
+            dropped[name] = f"the model took {ms:.4f} ms {variant} with it put back, against {base:.4f} ms without" + (
+                f" (a gain under the {margin:.0%} a region must bring)" if ms < base else ""
             )
     return kept, dropped, alone
 
