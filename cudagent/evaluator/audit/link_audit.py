@@ -11,9 +11,11 @@ each must belong to the API a kernel may use:
   against: a symbol beyond it (`PyRun_*`, `PyImport_*`, `PyMemoryView_*`) is KERNEL_EMBEDS_PYTHON. Calls of the
   baseline's own Python symbols from the candidate's code are the preprocessed scan's to find
   (expanded_scan.py), and the runtime audit's;
-- c10 and ATen for allocation, tensor metadata, errors, devices and streams, and `at::_ops::<op>::call` exactly
-  for the operators the runtime policy allows (op_policy.py), `torch::Library` for registering operators;
-- the CUDA runtime (not its stream, event, graph, IPC or device-reset calls), cuBLAS, cuBLASLt, cuDNN, OpenMP.
+- c10 and ATen for allocation, tensor metadata, errors, devices and streams (not c10's table of driver functions,
+  `c10::cuda::DriverAPI`), and `at::_ops::<op>::call` exactly for the operators the runtime policy allows
+  (op_policy.py), `torch::Library` for registering operators;
+- the CUDA runtime (not its stream, event, graph, IPC or device-reset calls, nor its lookups of driver functions by
+  name, `cudaGetDriverEntryPoint*`: behind those, the driver's whole API), cuBLAS, cuBLASLt, cuDNN, OpenMP.
 
 Symbols that the allowed headers and the fixed infrastructure themselves bring in are allowed whatever they are:
 they are read once per toolchain from a baseline extension built from binding.cpp and a kernel that only includes
